@@ -1,0 +1,83 @@
+"""The one place that knows which backend Keras runs on.
+
+Everything else in the library is written against `keras.ops`. The questions
+whose answer depends on the backend live here: is a tensor a concrete value
+(so its contents can be checked before entering a compiled graph), and which
+fused attention kernel `keras.ops.dot_product_attention` reaches on this
+machine. Backend modules are imported only when they are the active backend,
+so importing this library under JAX or PyTorch never imports TensorFlow.
+"""
+
+import keras
+import numpy as np
+
+
+def backend_name():
+    """`"jax"`, `"tensorflow"` or `"torch"`."""
+    return keras.backend.backend()
+
+
+def is_concrete(value):
+    """Whether `value` holds real numbers now (not a symbolic or traced tensor).
+
+    Numpy arrays, Python lists and eager tensors are concrete; Keras symbolic
+    tensors, JAX tracers, TensorFlow graph tensors and torch tensors on the
+    meta device (used by Keras for shape inference) are not.
+    """
+    if isinstance(value, (np.ndarray, np.generic, list, tuple, int)):
+        return True
+    if isinstance(value, keras.KerasTensor):
+        return False
+    backend = backend_name()
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return isinstance(value, tf.Tensor) and hasattr(value, "numpy")
+    if backend == "torch":
+        import torch
+
+        if torch.compiler.is_compiling():
+            return False
+        return isinstance(value, torch.Tensor) and value.device.type != "meta"
+    return False
+
+
+def accelerator():
+    """`"gpu"`, `"tpu"` or `"cpu"`: where the backend places new tensors."""
+    backend = backend_name()
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    if backend == "torch":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return "cpu"
+
+
+def fused_attention_kernel():
+    """Names the kernel `keras.ops.dot_product_attention` runs on this machine.
+
+    Keras dispatches to the backend's own fused implementation; on GPU with
+    half-precision inputs it may further pick a flash-attention kernel
+    (cuDNN on JAX, FlashAttention/memory-efficient SDPA on torch).
+    """
+    backend = backend_name()
+    device = accelerator()
+    if backend == "jax":
+        kernel = "jax.nn.dot_product_attention"
+        return f"{kernel} (cudnn flash attention for fp16/bf16)" if device == "gpu" else f"{kernel} (xla)"
+    if backend == "torch":
+        return f"torch.nn.functional.scaled_dot_product_attention ({device})"
+    if backend == "tensorflow":
+        return f"keras tensorflow dot_product_attention ({device}, xla-fusable)"
+    return "keras.ops.dot_product_attention"

@@ -1,0 +1,74 @@
+"""Named presets: one JSON file per preset in the `presets/` folder.
+
+Each file names the class the preset builds, the hub source its files come
+from, a description, the parameter count and the license. The folder ships
+inside the wheel as `attention_zoo_keras/presets/`; in a source checkout it is
+the repository's top-level `presets/`.
+"""
+
+import difflib
+import functools
+import json
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_REQUIRED_FIELDS = ("name", "class_name", "family", "source", "description", "params", "license")
+
+
+class UnknownPresetError(ValueError):
+    """A preset handle is neither a known name, an `hf://` handle nor a directory."""
+
+
+def presets_directory():
+    """The folder holding the named presets' JSON files."""
+    for candidate in (_PACKAGE_DIR / "presets", _PACKAGE_DIR.parent / "presets"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"No presets folder found next to {_PACKAGE_DIR}.")
+
+
+@functools.cache
+def _catalog():
+    catalog = {}
+    for path in sorted(presets_directory().glob("*.json")):
+        entry = json.loads(path.read_text())
+        missing = [field for field in _REQUIRED_FIELDS if field not in entry]
+        if missing:
+            raise ValueError(f"Preset file {path} lacks the fields {missing}.")
+        if entry["name"] != path.stem:
+            raise ValueError(f"Preset file {path} is named '{entry['name']}' inside.")
+        catalog[entry["name"]] = entry
+    return catalog
+
+
+def list_presets(family=None):
+    """Named presets as `{name: entry}`, optionally only those of one family.
+
+    Example:
+
+    >>> "bert_base" in list_presets(family="bert")
+    True
+    """
+    return {
+        name: dict(entry)
+        for name, entry in _catalog().items()
+        if family is None or entry["family"] == family
+    }
+
+
+def get_preset(name):
+    """The catalog entry of the preset called `name`.
+
+    Raises:
+        UnknownPresetError: listing the closest known names.
+    """
+    catalog = _catalog()
+    if name not in catalog:
+        close = difflib.get_close_matches(name, list(catalog), n=4, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownPresetError(
+            f"Unknown preset '{name}'.{hint} A preset is a known name, "
+            "'hf://org/repo[@revision]' or a local directory; known names: "
+            f"{', '.join(sorted(catalog))}."
+        )
+    return dict(catalog[name])

@@ -1,0 +1,73 @@
+"""Converters from Hugging Face `transformers` checkpoints, by `model_type`.
+
+A repo in `transformers` format (its `config.json` has a `model_type`) is
+converted on the fly when loaded: each model family registers one converter
+that translates the config, renames and reshapes the tensors to this
+library's variable keys, and builds the tokenizer and preprocessor settings.
+"""
+
+
+class TransformersConverter:
+    """What a family implements to load `transformers` checkpoints.
+
+    Attributes:
+        model_type: the `model_type` in `config.json` this converter reads.
+        backbone_cls: the backbone class it builds.
+        optional_keys: backbone variable keys a checkpoint may lack (for
+            example BERT's pooler, which `BertForMaskedLM` does not have).
+    """
+
+    model_type = None
+    backbone_cls = None
+    optional_keys = frozenset()
+
+    def backbone_config(self, hf_config):
+        """Keyword arguments of `backbone_cls` for a `transformers` config."""
+        raise NotImplementedError
+
+    def weights(self, hf_config, checkpoint):
+        """`{variable key: array}` for every weight the checkpoint provides,
+        backbone and task heads alike."""
+        raise NotImplementedError
+
+    def task_config(self, task_cls, source, hf_config):
+        """Task arguments the checkpoint implies (e.g. its number of labels)."""
+        return {}
+
+    def tokenizer(self, source, hf_config):
+        """The family's tokenizer, built from the repo's tokenizer files."""
+        raise NotImplementedError
+
+    def preprocessor_config(self, source, hf_config):
+        """Preprocessor arguments the repo implies (e.g. its maximum length)."""
+        return {}
+
+
+_CONVERTERS = {}
+
+
+def register_converter(converter):
+    """Registers a `TransformersConverter` instance under its `model_type`."""
+    _CONVERTERS[converter.model_type] = converter
+    return converter
+
+
+def converter_for(hf_config, source_description):
+    """The converter for a `transformers` `config.json`.
+
+    Raises:
+        ValueError: if the config has no `model_type` or no converter reads it.
+    """
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type is None:
+        raise ValueError(
+            f"config.json of preset '{source_description}' is neither an attention_zoo_keras "
+            "preset nor a transformers checkpoint (it has no 'model_type')."
+        )
+    if model_type not in _CONVERTERS:
+        raise ValueError(
+            f"Preset '{source_description}' is a transformers '{model_type}' checkpoint, "
+            f"which attention_zoo_keras cannot convert. Supported model types: "
+            f"{', '.join(sorted(_CONVERTERS))}."
+        )
+    return _CONVERTERS[model_type]

@@ -1,0 +1,53 @@
+"""The `README.md` model card written into every saved preset.
+
+It opens with the YAML block the Hugging Face Hub reads (library, tags,
+license, pipeline tag) and shows how to load the preset with this library.
+"""
+
+PIPELINE_TAGS = {
+    "BertMaskedLM": "fill-mask",
+    "BertTextClassifier": "text-classification",
+    "BertTextEmbedder": "sentence-similarity",
+    "BertBackbone": "feature-extraction",
+}
+
+
+def model_card(class_name, family, parameter_count, config, license_name=None, base_model=None):
+    """Returns the model card text for a preset.
+
+    Example:
+
+    >>> print(model_card("BertBackbone", "bert", 4_400_000, {}).splitlines()[0])
+    ---
+    """
+    front_matter = ["---", "library_name: attention-zoo-keras", "tags:", "- keras", "- attention-zoo-keras", f"- {family}"]
+    if class_name in PIPELINE_TAGS:
+        front_matter.append(f"pipeline_tag: {PIPELINE_TAGS[class_name]}")
+    if license_name:
+        front_matter.append(f"license: {license_name}")
+    if base_model:
+        front_matter.append(f"base_model: {base_model}")
+    front_matter.append("---")
+    settings = "\n".join(
+        f"| `{key}` | `{value}` |" for key, value in config.items() if not isinstance(value, dict)
+    )
+    body = f"""
+# {class_name}
+
+A `{class_name}` ({family} family, {parameter_count:,} parameters) saved by
+[attention_zoo_keras](https://pypi.org/project/attention-zoo-keras/). It runs on
+JAX, TensorFlow and PyTorch through Keras 3.
+
+```python
+import attention_zoo_keras as azk
+
+model = azk.models.{class_name}.from_preset("hf://<this repo>")
+```
+
+## Configuration
+
+| setting | value |
+|---|---|
+{settings}
+"""
+    return "\n".join(front_matter) + "\n" + body

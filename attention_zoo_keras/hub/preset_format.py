@@ -1,0 +1,97 @@
+"""The native preset directory, and reading any preset's config and weights.
+
+A native preset directory holds:
+
+- `config.json`: the registered class and its Keras config (a task's config
+  nests its backbone's), plus the library and its version;
+- `model.safetensors` (or shards and `model.safetensors.index.json`): weights
+  keyed by variable path;
+- `preprocessor.json` and `tokenizer.json` (the `tokenizers` format) when a
+  preprocessor is attached;
+- `metadata.json`: versions, the backend it was saved with, parameter count,
+  date;
+- `README.md`: a model card with Hub metadata.
+
+A directory or repo in `transformers` format (`config.json` with
+`model_type`) is read through the family's registered converter instead.
+"""
+
+import datetime
+import json
+
+import keras
+
+from attention_zoo_keras.hub.atomic import atomic_directory
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.model_card import model_card
+from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
+from attention_zoo_keras.hub.weights import Checkpoint
+from attention_zoo_keras.hub.weights import save_weights
+from attention_zoo_keras.registration import PACKAGE
+from attention_zoo_keras.registration import serialize
+from attention_zoo_keras.version import __version__
+
+CONFIG_FILE = "config.json"
+METADATA_FILE = "metadata.json"
+PREPROCESSOR_FILE = "preprocessor.json"
+TOKENIZER_FILE = "tokenizer.json"
+MODEL_CARD_FILE = "README.md"
+
+
+def is_native(config):
+    """Whether a parsed `config.json` was written by this library."""
+    return isinstance(config, dict) and config.get("library") == PACKAGE
+
+
+def _write_json(path, data):
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def save_preset(model, directory, preprocessor=None, family=None, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+    """Writes `model` (and `preprocessor`) as a native preset, atomically.
+
+    If anything fails, `directory` keeps whatever it held before.
+    """
+    with atomic_directory(directory) as staging:
+        _write_json(
+            staging / CONFIG_FILE,
+            {"library": PACKAGE, "library_version": __version__, **serialize(model)},
+        )
+        save_weights(model, staging, max_shard_size=max_shard_size)
+        if preprocessor is not None:
+            write_preprocessor_files(preprocessor, staging)
+        parameter_count = int(model.count_params())
+        _write_json(
+            staging / METADATA_FILE,
+            {
+                "library": PACKAGE,
+                "library_version": __version__,
+                "keras_version": keras.__version__,
+                "saved_with_backend": keras.backend.backend(),
+                "class_name": type(model).__name__,
+                "parameter_count": parameter_count,
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            },
+        )
+        (staging / MODEL_CARD_FILE).write_text(
+            model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
+            encoding="utf-8",
+        )
+
+
+def write_preprocessor_files(preprocessor, directory):
+    """`preprocessor.json` and `tokenizer.json` into `directory`."""
+    _write_json(
+        directory / PREPROCESSOR_FILE,
+        {"library": PACKAGE, "library_version": __version__, **serialize(preprocessor)},
+    )
+    preprocessor.tokenizer.save(directory / TOKENIZER_FILE)
+
+
+def load_arrays(source):
+    """`{variable key: array}` of a preset, native or `transformers` format."""
+    config = source.config()
+    checkpoint = Checkpoint(source)
+    if is_native(config):
+        return checkpoint
+    return converter_for(config, source.description).weights(config, checkpoint)

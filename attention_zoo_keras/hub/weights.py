@@ -1,0 +1,170 @@
+"""Weights as safetensors: writing (sharded above a size), reading, assigning.
+
+A checkpoint maps stable keys — a variable's path inside its model, such as
+`transformer_layer_0/self_attention/query/kernel` — to arrays. Above
+`max_shard_size` the weights are split over `model-0000i-of-0000n.safetensors`
+files listed by `model.safetensors.index.json`, the layout `transformers` uses.
+Nothing here unpickles: safetensors only.
+"""
+
+import json
+import re
+
+import keras
+import numpy as np
+from safetensors import SafetensorError
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from attention_zoo_keras.hub.source import PresetFileError
+
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+DEFAULT_MAX_SHARD_SIZE = 5_000_000_000
+
+
+def parse_size(size):
+    """Bytes in `size`: an int, or a string such as `"500MB"` or `"2GiB"`."""
+    if isinstance(size, int):
+        return size
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", str(size), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"Cannot read '{size}' as a size; write e.g. 500MB or 2GB.")
+    units = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+    return int(float(match.group(1)) * units[(match.group(2) or "B").lower()])
+
+
+def variables_by_key(model):
+    """`{variable.path: variable}` for every weight of `model`, unique paths."""
+    variables = {}
+    for variable in model.weights:
+        if variable.path in variables and variables[variable.path] is not variable:
+            raise ValueError(f"Two different variables share the path '{variable.path}'.")
+        variables[variable.path] = variable
+    return variables
+
+
+def save_weights(model, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+    """Writes `model`'s weights into `directory` as (sharded) safetensors."""
+    arrays = {key: keras.ops.convert_to_numpy(v) for key, v in variables_by_key(model).items()}
+    limit = parse_size(max_shard_size)
+    shards, current, current_size = [], {}, 0
+    for key, array in arrays.items():
+        if current and current_size + array.nbytes > limit:
+            shards.append(current)
+            current, current_size = {}, 0
+        current[key] = np.ascontiguousarray(array)
+        current_size += array.nbytes
+    shards.append(current)
+    metadata = {"format": "np"}
+    if len(shards) == 1:
+        save_file(shards[0], str(directory / WEIGHTS_FILE), metadata=metadata)
+        return
+    weight_map = {}
+    for number, shard in enumerate(shards, start=1):
+        name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(directory / name), metadata=metadata)
+        weight_map.update({key: name for key in shard})
+    index = {
+        "metadata": {"total_size": int(sum(a.nbytes for a in arrays.values()))},
+        "weight_map": weight_map,
+    }
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
+
+
+class Checkpoint:
+    """Read access to the tensors of a preset's (possibly sharded) safetensors.
+
+    Args:
+        source: a `PresetSource`.
+
+    Tensors are read lazily, one at a time, as numpy arrays.
+    """
+
+    def __init__(self, source):
+        self.source = source
+        self._open_files = {}
+        if source.file(WEIGHTS_FILE) is not None:
+            self._file_of_key = {key: WEIGHTS_FILE for key in self._handle(WEIGHTS_FILE).keys()}
+        elif source.file(INDEX_FILE) is not None:
+            index = source.json(INDEX_FILE)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict):
+                raise PresetFileError(
+                    f"'{INDEX_FILE}' of preset '{source.description}' has no 'weight_map'."
+                )
+            self._file_of_key = weight_map
+        else:
+            raise PresetFileError(
+                f"Preset '{source.description}' has no weights: neither '{WEIGHTS_FILE}' "
+                f"nor '{INDEX_FILE}' is there."
+            )
+
+    def _handle(self, filename):
+        if filename not in self._open_files:
+            path = self.source.require(filename)
+            try:
+                self._open_files[filename] = safe_open(str(path), framework="numpy")
+            except (SafetensorError, OSError, ValueError) as error:
+                raise PresetFileError(
+                    f"'{filename}' of preset '{self.source.description}' is not a readable "
+                    f"safetensors file ({error}). Delete it to download it again, or re-save "
+                    "the preset."
+                ) from error
+        return self._open_files[filename]
+
+    def keys(self):
+        """Every tensor name in the checkpoint."""
+        return self._file_of_key.keys()
+
+    def __contains__(self, key):
+        return key in self._file_of_key
+
+    def __getitem__(self, key):
+        filename = self._file_of_key[key]
+        try:
+            return self._handle(filename).get_tensor(key)
+        except (SafetensorError, OSError, ValueError) as error:
+            raise PresetFileError(
+                f"Tensor '{key}' in '{filename}' of preset '{self.source.description}' "
+                f"cannot be read ({error})."
+            ) from error
+
+
+def assign_weights(variables, arrays, source_description, optional_keys=()):
+    """Assigns `arrays[key]` to `variables[key]` for every key, checking shapes.
+
+    Args:
+        variables: `{key: keras.Variable}` to fill.
+        arrays: a mapping of keys to arrays (a `Checkpoint` or a dict).
+        source_description: named in errors.
+        optional_keys: keys that may be missing; those variables keep their
+            initial values and are returned.
+
+    Returns:
+        The sorted keys that were missing but optional.
+
+    Raises:
+        ValueError: naming every missing key, or a variable whose shape differs
+            from the checkpoint's (with both shapes).
+    """
+    missing = sorted(key for key in variables if key not in arrays)
+    required_missing = [key for key in missing if key not in optional_keys]
+    if required_missing:
+        shown = ", ".join(required_missing[:10]) + (" ..." if len(required_missing) > 10 else "")
+        raise ValueError(
+            f"Checkpoint '{source_description}' lacks {len(required_missing)} weights the "
+            f"model needs: {shown}."
+        )
+    for key, variable in variables.items():
+        if key in missing:
+            continue
+        array = arrays[key]
+        if tuple(array.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"Shape mismatch for variable '{key}': the model expects "
+                f"{tuple(variable.shape)} but checkpoint '{source_description}' has "
+                f"{tuple(array.shape)}. Does the config match the weights?"
+            )
+        variable.assign(np.asarray(array, dtype=variable.dtype))
+    return missing

@@ -1,0 +1,31 @@
+"""Activation functions by the names checkpoints use for them.
+
+Hugging Face configs say `"gelu"` for the exact, erf-based GELU (Hendrycks &
+Gimpel, 2016: x·Φ(x)) and `"gelu_new"` / `"gelu_pytorch_tanh"` for its tanh
+approximation (0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))). `keras.ops.gelu`
+defaults to the approximation, so the names are mapped here explicitly.
+"""
+
+from keras import ops
+
+_ACTIVATIONS = {
+    "gelu": lambda x: ops.gelu(x, approximate=False),
+    "gelu_exact": lambda x: ops.gelu(x, approximate=False),
+    "gelu_new": lambda x: ops.gelu(x, approximate=True),
+    "gelu_tanh": lambda x: ops.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: ops.gelu(x, approximate=True),
+    "gelu_approximate": lambda x: ops.gelu(x, approximate=True),
+    "relu": ops.relu,
+    "silu": ops.silu,
+    "swish": ops.silu,
+    "tanh": ops.tanh,
+}
+
+
+def get_activation(name):
+    """The activation function called `name` (see the module docstring)."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(
+            f"Unknown activation '{name}'. Known activations: {', '.join(sorted(_ACTIVATIONS))}."
+        )
+    return _ACTIVATIONS[name]

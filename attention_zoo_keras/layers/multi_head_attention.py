@@ -1,0 +1,128 @@
+"""Multi-head attention (Vaswani et al., 2017, §3.2.2):
+
+    MultiHead(X, Y) = Concat(head_1, …, head_h) W_O,
+    head_i = Attention(X W_Q^i, Y W_K^i, Y W_V^i)
+
+This layer owns the four projections; `Attention` is any mechanism from
+`attention_zoo_keras.attention`, chosen by name.
+"""
+
+import keras
+from keras import ops
+
+from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.attention import get_mechanism
+from attention_zoo_keras.registration import register
+
+
+@register
+class MultiHeadAttention(keras.layers.Layer):
+    """Projects inputs to heads, applies an attention mechanism, projects back.
+
+    Args:
+        num_heads: number of attention heads.
+        head_dim: size of each head's query, key and value.
+        output_dim: size of the output; defaults to the query input's size.
+        attention: name of the mechanism (see `attention.mechanism_names()`).
+        dropout: dropout rate on the attention probabilities.
+        use_bias: whether the projections have biases.
+        kernel_initializer: initializer of the projection kernels.
+
+    Call args:
+        query: `(batch, query_length, dim)`.
+        value: `(batch, key_length, dim)`; defaults to `query` (self-attention).
+        attention_mask: boolean `(batch, query_length or 1, key_length)`;
+            `True` where a query may attend to a key.
+        is_causal: also mask out later positions.
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = MultiHeadAttention(num_heads=2, head_dim=4)
+    >>> layer(np.zeros((1, 3, 8), "float32")).shape
+    (1, 3, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        output_dim=None,
+        attention="softmax",
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.output_dim = output_dim
+        self.attention = attention
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._mechanism = get_mechanism(attention)
+        self.seed_generator = keras.random.SeedGenerator(seed=None)
+
+        inner_dim = num_heads * head_dim
+        self.query_dense = self._projection(inner_dim, "query")
+        self.key_dense = self._projection(inner_dim, "key")
+        self.value_dense = self._projection(inner_dim, "value")
+        self.output_dense = None
+
+    def _projection(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(value_shape)
+        self.value_dense.build(value_shape)
+        output_dim = self.output_dim or query_shape[-1]
+        self.output_dense = self._projection(output_dim, "output")
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.head_dim,))
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+
+    def call(self, query, value=None, attention_mask=None, is_causal=False, training=None):
+        value = query if value is None else value
+        attended = self._mechanism(
+            self._split_heads(self.query_dense(query)),
+            self._split_heads(self.key_dense(value)),
+            self._split_heads(self.value_dense(value)),
+            attention_mask=None if attention_mask is None else attention_mask[:, None, :, :],
+            is_causal=is_causal,
+            dropout_rate=self.dropout,
+            training=bool(training),
+            seed_generator=self.seed_generator,
+        )
+        batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
+        merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))
+        return self.output_dense(merged)
+
+    def compute_output_shape(self, query_shape, value_shape=None):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "output_dim": self.output_dim,
+                "attention": self.attention,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,157 @@
+"""The Transformer encoder block (Vaswani et al., 2017, §3.1), post- or pre-norm.
+
+Post-norm, as in the original Transformer and BERT:
+
+    h = LayerNorm(x + Dropout(MultiHead(x, x)))
+    y = LayerNorm(h + Dropout(FFN(h)))
+
+Pre-norm (Xiong et al., 2020, "On Layer Normalization in the Transformer
+Architecture"), as in GPT-2 and ViT:
+
+    h = x + Dropout(MultiHead(LayerNorm(x)))
+    y = h + Dropout(FFN(LayerNorm(h)))
+"""
+
+import keras
+
+from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.feed_forward import FeedForward
+from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
+from attention_zoo_keras.registration import register
+
+
+@register
+class TransformerEncoderBlock(keras.layers.Layer):
+    """Self-attention and a feed-forward network, each with a residual.
+
+    Args:
+        num_heads: attention heads.
+        intermediate_dim: feed-forward width.
+        head_dim: per-head size; defaults to `hidden_dim // num_heads`.
+        activation: feed-forward activation name.
+        dropout: dropout on each residual branch.
+        attention_dropout: dropout on the attention probabilities.
+        layer_norm_epsilon: epsilon of both layer norms.
+        norm_first: `False` for post-norm (BERT), `True` for pre-norm.
+        is_causal: mask out future positions (decoder-only models).
+        attention: attention mechanism name.
+        kernel_initializer: initializer of every kernel.
+
+    Call args:
+        x: `(batch, length, hidden_dim)`.
+        attention_mask: boolean `(batch, 1 or length, length)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=16)
+    >>> block(np.zeros((1, 3, 8), "float32")).shape
+    (1, 3, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        head_dim=None,
+        activation="gelu",
+        dropout=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        norm_first=False,
+        is_causal=False,
+        attention="softmax",
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.head_dim = head_dim
+        self.activation = activation
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.norm_first = norm_first
+        self.is_causal = is_causal
+        self.attention = attention
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+        def norm(name):
+            return keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+
+        self.attention_norm = norm("attention_norm")
+        self.output_norm = norm("output_norm")
+        self.feed_forward = FeedForward(
+            intermediate_dim,
+            activation=activation,
+            kernel_initializer=clone_initializer(kernel_initializer),
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.attention_output_dropout = keras.layers.Dropout(dropout, name="attention_output_dropout")
+        self.feed_forward_dropout = keras.layers.Dropout(dropout, name="feed_forward_dropout")
+        self.self_attention = None
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if self.head_dim is None and hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}; "
+                "pass head_dim explicitly."
+            )
+        self.self_attention = MultiHeadAttention(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim or hidden_dim // self.num_heads,
+            attention=self.attention,
+            dropout=self.attention_dropout,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(input_shape)
+        self.attention_norm.build(input_shape)
+        self.feed_forward.build(input_shape)
+        self.output_norm.build(input_shape)
+
+    def call(self, x, attention_mask=None, training=None):
+        def attend(h):
+            return self.attention_output_dropout(
+                self.self_attention(
+                    h, attention_mask=attention_mask, is_causal=self.is_causal, training=training
+                ),
+                training=training,
+            )
+
+        def feed_forward(h):
+            return self.feed_forward_dropout(self.feed_forward(h), training=training)
+
+        if self.norm_first:
+            x = x + attend(self.attention_norm(x))
+            return x + feed_forward(self.output_norm(x))
+        x = self.attention_norm(x + attend(x))
+        return self.output_norm(x + feed_forward(x))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "head_dim": self.head_dim,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "norm_first": self.norm_first,
+                "is_causal": self.is_causal,
+                "attention": self.attention,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,12 @@
+"""Model families: backbones, tasks, preprocessors and tokenizers."""
+
+from attention_zoo_keras.models.backbone import Backbone
+from attention_zoo_keras.models.bert import BertBackbone
+from attention_zoo_keras.models.bert import BertMaskedLM
+from attention_zoo_keras.models.bert import BertMaskedLMPreprocessor
+from attention_zoo_keras.models.bert import BertPreprocessor
+from attention_zoo_keras.models.bert import BertTextClassifier
+from attention_zoo_keras.models.bert import BertTextEmbedder
+from attention_zoo_keras.models.bert import BertTokenizer
+from attention_zoo_keras.models.preprocessor import Preprocessor
+from attention_zoo_keras.models.task import Task

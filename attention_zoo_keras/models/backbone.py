@@ -1,0 +1,158 @@
+"""The base class of every backbone: a functional `keras.Model` that loads
+itself from a preset and saves itself as one.
+"""
+
+import logging
+
+import keras
+import numpy as np
+
+from attention_zoo_keras import backend_support
+from attention_zoo_keras.hub.catalog import list_presets
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.preset_format import load_arrays
+from attention_zoo_keras.hub.preset_format import save_preset
+from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
+from attention_zoo_keras.hub.weights import assign_weights
+from attention_zoo_keras.hub.weights import variables_by_key
+from attention_zoo_keras.registration import deserialize
+from attention_zoo_keras.registration import registered_class
+
+logger = logging.getLogger(__name__)
+
+
+class PresetsOfFamily:
+    """Class attribute `presets`: the named presets a class can load."""
+
+    def __get__(self, instance, owner):
+        return list_presets(family=owner.family)
+
+
+def check_token_ids(name, ids, vocabulary_size):
+    """Raises if any id in `ids` is negative or ≥ `vocabulary_size`.
+
+    Gathers on JAX silently clamp out-of-range indices, so ids are checked
+    here, on concrete values, before they reach a compiled graph.
+    """
+    ids = np.asarray(keras.ops.convert_to_numpy(ids))
+    if ids.size == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocabulary_size:
+        bad = high if high >= vocabulary_size else low
+        raise ValueError(
+            f"'{name}' holds the id {bad}, outside the valid range [0, {vocabulary_size})."
+        )
+
+
+def check_sequence_length(name, ids, max_sequence_length):
+    """Raises if `ids` is longer than the model's maximum sequence length."""
+    length = ids.shape[-1]
+    if length is not None and length > max_sequence_length:
+        raise ValueError(
+            f"'{name}' has length {length}, longer than the model's maximum sequence length "
+            f"{max_sequence_length}. Truncate it (the preprocessor does so for raw text)."
+        )
+
+
+def backbone_config_of(config, source_description):
+    """The serialized backbone inside a native preset's `config.json`.
+
+    A task preset nests its backbone under `config["config"]["backbone"]`.
+    """
+    cls = registered_class(config.get("class_name"), source=f"config.json of '{source_description}'")
+    if issubclass(cls, Backbone):
+        return config
+    nested = config.get("config", {}).get("backbone")
+    if not isinstance(nested, dict):
+        raise ValueError(f"Preset '{source_description}' holds a {cls.__name__} with no backbone.")
+    return nested
+
+
+def assign_backbone_weights(backbone, arrays, source_description, optional_keys=()):
+    """Loads a backbone's variables from `{key: array}`, warning about the
+    optional ones the checkpoint lacked."""
+    missing = assign_weights(variables_by_key(backbone), arrays, source_description, optional_keys)
+    if missing:
+        logger.warning(
+            "Checkpoint '%s' has no weights for %s; they keep their initial values.",
+            source_description,
+            ", ".join(missing),
+        )
+
+
+class Backbone(keras.Model):
+    """A model family's network without a task head.
+
+    Subclasses build a functional graph in `__init__`, set `family`, return
+    their constructor arguments from `get_config`, and check concrete inputs
+    in `validate_inputs`.
+    """
+
+    family = None
+    presets = PresetsOfFamily()
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def validate_inputs(self, inputs):
+        """Checks concrete inputs (ids in range, lengths) before the graph runs."""
+
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, dict) and all(backend_support.is_concrete(v) for v in inputs.values()):
+            self.validate_inputs(inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """Builds the backbone from a preset and loads its weights.
+
+        Args:
+            preset: a named preset (see `presets`), `"hf://org/repo[@rev]"`, or
+                a local directory — in this library's format or a
+                `transformers` checkpoint, converted on the fly.
+            load_weights: `False` builds the architecture only.
+            **kwargs: overrides of the config, e.g. `dtype="bfloat16"`.
+
+        Example:
+
+        >>> backbone = BertBackbone.from_preset("bert_base")   # doctest: +SKIP
+        """
+        source = PresetSource.of(preset)
+        backbone, optional_keys = cls._build_from_source(source, **kwargs)
+        if load_weights:
+            assign_backbone_weights(backbone, load_arrays(source), source.description, optional_keys)
+        return backbone
+
+    @classmethod
+    def _build_from_source(cls, source, **kwargs):
+        """The (unweighted) backbone a preset describes, and the keys its
+        checkpoint may lack."""
+        config = source.config()
+        if is_native(config):
+            data = backbone_config_of(config, source.description)
+            backbone = deserialize(
+                data, source=f"config.json of '{source.description}'", expected_base=cls, **kwargs
+            )
+            return backbone, frozenset()
+        converter = converter_for(config, source.description)
+        if not issubclass(converter.backbone_cls, cls):
+            raise TypeError(
+                f"Preset '{source.description}' is a {converter.backbone_cls.__name__} "
+                f"checkpoint; it cannot be loaded as a {cls.__name__}."
+            )
+        arguments = {**converter.backbone_config(config), **kwargs}
+        return converter.backbone_cls(**arguments), converter.optional_keys
+
+    def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+        """Saves config, weights, metadata and a model card to `directory`.
+
+        The write is atomic: on failure an existing preset there is kept.
+        """
+        save_preset(self, directory, family=self.family, max_shard_size=max_shard_size)

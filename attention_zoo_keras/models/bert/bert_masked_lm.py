@@ -1,0 +1,53 @@
+"""BERT with its masked-language-model head, for (continued) pretraining."""
+
+import keras
+
+from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
+from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
+from attention_zoo_keras.models.bert.bert_masked_lm_preprocessor import BertMaskedLMPreprocessor
+from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.registration import register
+
+
+@register
+class BertMaskedLM(Task):
+    """Predicts the original tokens at masked positions.
+
+    Args:
+        backbone: a `BertBackbone`.
+        preprocessor: a `BertMaskedLMPreprocessor` (masks raw text for `fit`).
+
+    Inputs: the backbone's features plus `mask_positions` `(batch, P)`.
+    Output: logits `(batch, P, vocabulary_size)`.
+
+    Example:
+
+    >>> mlm = BertMaskedLM.from_preset("bert_base")              # doctest: +SKIP
+    >>> mlm.fit(["unlabelled text ...", "more text ..."], epochs=1) # doctest: +SKIP
+    """
+
+    backbone_cls = BertBackbone
+    preprocessor_cls = BertMaskedLMPreprocessor
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        inputs = dict(backbone.input)
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        head = MaskedLMHead(
+            backbone.token_embedding,
+            activation=backbone.activation,
+            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dtype=backbone.dtype_policy,
+            name="mlm_head",
+        )
+        sequence_output = backbone({k: v for k, v in inputs.items() if k != "mask_positions"})["sequence_output"]
+        logits = head(sequence_output, inputs["mask_positions"])
+        super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.mlm_head = head
+
+    def default_compile_arguments(self):
+        return {
+            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        }

@@ -1,0 +1,61 @@
+"""BERT for sequence classification (Devlin et al., 2019, §4.1): a linear
+layer on the pooled `[CLS]` representation."""
+
+import keras
+
+from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
+from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
+from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.registration import register
+
+
+@register
+class BertTextClassifier(Task):
+    """Classifies a text (or a text pair) into `num_classes` classes.
+
+    Args:
+        backbone: a `BertBackbone`.
+        num_classes: number of classes.
+        preprocessor: a `BertPreprocessor`, so `fit`/`predict` take raw strings.
+        dropout: dropout before the classifier, BERT's `hidden_dropout_prob`.
+
+    Output: logits `(batch, num_classes)`. `compile()` defaults to AdamW
+    (5e-5), sparse categorical cross-entropy on logits and accuracy.
+
+    Example:
+
+    >>> clf = BertTextClassifier.from_preset("bert_base", num_classes=2)  # doctest: +SKIP
+    >>> clf.fit(["a great film", "dull and long"], [1, 0], epochs=1)      # doctest: +SKIP
+    >>> clf.predict(["what a film"]).argmax(-1)                           # doctest: +SKIP
+    """
+
+    backbone_cls = BertBackbone
+    preprocessor_cls = BertPreprocessor
+
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
+        if not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int; got {num_classes!r}.")
+        inputs = backbone.input
+        pooled = backbone(inputs)["pooled_output"]
+        pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
+        logits = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dtype=backbone.dtype_policy,
+            name="classifier",
+        )(pooled)
+        super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.num_classes = num_classes
+        self.dropout = dropout
+
+    def default_compile_arguments(self):
+        return {
+            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config

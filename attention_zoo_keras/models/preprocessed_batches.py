@@ -1,0 +1,63 @@
+"""Raw inputs (strings, images) fed to `fit` / `predict` batch by batch
+through a task's preprocessor."""
+
+import math
+
+import keras
+import numpy as np
+
+
+def take(data, indices):
+    """The examples at `indices` of `data`: an array, list, tuple or dict of them."""
+    if data is None:
+        return None
+    if isinstance(data, dict):
+        return {key: take(value, indices) for key, value in data.items()}
+    if isinstance(data, tuple):
+        return tuple(take(part, indices) for part in data)
+    if isinstance(data, np.ndarray):
+        return data[indices]
+    return [data[i] for i in indices]
+
+
+class PreprocessedBatches(keras.utils.PyDataset):
+    """A `keras.utils.PyDataset` that preprocesses raw examples per batch.
+
+    Args:
+        preprocessor: called as `preprocessor(x, y, sample_weight)` on each batch.
+        x: raw inputs (e.g. a list of strings, or a tuple of two for pairs).
+        y: labels, or `None`.
+        sample_weight: per-example weights, or `None`.
+        batch_size: examples per batch.
+        shuffle: reshuffle the order at the start and after every epoch.
+        seed: seed of the shuffle.
+    """
+
+    def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.preprocessor = preprocessor
+        self.x, self.y, self.sample_weight = x, y, sample_weight
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.num_examples = preprocessor.num_examples(x)
+        if y is not None and len(y) != self.num_examples:
+            raise ValueError(f"Got {self.num_examples} inputs but {len(y)} labels.")
+        self._rng = np.random.default_rng(seed)
+        self._order = np.arange(self.num_examples)
+        if shuffle:
+            self._rng.shuffle(self._order)
+
+    def __len__(self):
+        return math.ceil(self.num_examples / self.batch_size)
+
+    def __getitem__(self, index):
+        indices = self._order[index * self.batch_size : (index + 1) * self.batch_size]
+        return self.preprocessor(
+            take(self.x, indices),
+            None if self.y is None else take(np.asarray(self.y), indices),
+            None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
+        )
+
+    def on_epoch_end(self):
+        if self.shuffle:
+            self._rng.shuffle(self._order)

@@ -1,0 +1,95 @@
+"""The base class of preprocessors: raw inputs in, model features out."""
+
+import inspect
+import os
+import tempfile
+from pathlib import Path
+
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
+from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
+from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.preset_format import write_preprocessor_files
+from attention_zoo_keras.hub.source import PresetFileError
+from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.registration import registered_class
+
+
+class Preprocessor:
+    """Turns raw inputs into the feature dict a backbone takes.
+
+    Called as `preprocessor(x, y=None, sample_weight=None)`, it returns what
+    Keras expects from a dataset: `x`, `(x, y)` or `(x, y, sample_weight)`.
+    Subclasses set `tokenizer_cls` and implement `__call__`, `is_raw`,
+    `num_examples` and `get_config`.
+    """
+
+    tokenizer_cls = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def is_raw(self, x):
+        """Whether `x` is raw input this preprocessor should handle."""
+        raise NotImplementedError
+
+    def num_examples(self, x):
+        """How many examples raw input `x` holds."""
+        raise NotImplementedError
+
+    def get_config(self):
+        """Constructor arguments except the tokenizer (saved on its own)."""
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    @classmethod
+    def _accepted(cls, config):
+        parameters = inspect.signature(cls.__init__).parameters
+        return {key: value for key, value in config.items() if key in parameters}
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """The preprocessor of a preset (its tokenizer and settings).
+
+        Args:
+            preset: a named preset, `"hf://org/repo[@rev]"` or a directory.
+            **kwargs: overrides, e.g. `sequence_length=128`.
+
+        Settings saved by a sibling preprocessor class of the same family
+        (say a classifier's, loaded for masked-LM pretraining) are reused
+        where this class accepts them.
+        """
+        source = PresetSource.of(preset)
+        config = source.config()
+        if not is_native(config):
+            converter = converter_for(config, source.description)
+            tokenizer = converter.tokenizer(source, config)
+            settings = converter.preprocessor_config(source, config)
+            return cls(tokenizer=tokenizer, **cls._accepted({**settings, **kwargs}))
+        tokenizer_path = source.file(TOKENIZER_FILE)
+        if tokenizer_path is None:
+            raise PresetFileError(
+                f"Preset '{source.description}' has no '{TOKENIZER_FILE}', so no preprocessor "
+                "can be built from it; pass `preprocessor=` yourself."
+            )
+        tokenizer = cls.tokenizer_cls.from_file(tokenizer_path)
+        data = source.json(PREPROCESSOR_FILE, required=False) or {"config": {}}
+        if "class_name" in data:
+            registered_class(data["class_name"], source=f"{PREPROCESSOR_FILE} of '{source.description}'")
+        return cls(tokenizer=tokenizer, **cls._accepted({**data["config"], **kwargs}))
+
+    def save_to_preset(self, directory):
+        """Writes `preprocessor.json` and `tokenizer.json` into `directory`.
+
+        The files are written beside each other in a temporary folder first and
+        then moved in, so a failure leaves the directory as it was.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".preprocessor.") as staging:
+            write_preprocessor_files(self, Path(staging))
+            for name in (PREPROCESSOR_FILE, TOKENIZER_FILE):
+                os.replace(Path(staging) / name, directory / name)

@@ -1,0 +1,194 @@
+"""The base class of every task: a backbone plus a head, with a default
+loss and optimizer, and an attached preprocessor so `fit`, `predict` and
+`evaluate` take raw inputs (strings, images).
+"""
+
+import logging
+
+import keras
+
+from attention_zoo_keras import backend_support
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.preset_format import load_arrays
+from attention_zoo_keras.hub.preset_format import save_preset
+from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
+from attention_zoo_keras.hub.weights import variables_by_key
+from attention_zoo_keras.models.backbone import Backbone
+from attention_zoo_keras.models.backbone import PresetsOfFamily
+from attention_zoo_keras.models.backbone import assign_backbone_weights
+from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
+from attention_zoo_keras.registration import deserialize
+from attention_zoo_keras.registration import registered_class
+from attention_zoo_keras.registration import serialize
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 32
+
+
+class FamilyPresets(PresetsOfFamily):
+    """Class attribute `presets` of a task: its backbone family's presets."""
+
+    def __get__(self, instance, owner):
+        return super().__get__(instance, owner.backbone_cls)
+
+
+class Task(keras.Model):
+    """A backbone with a task head.
+
+    Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
+    on `backbone.input` in `__init__`, and define `default_compile_arguments`.
+    """
+
+    backbone_cls = Backbone
+    preprocessor_cls = None
+    presets = FamilyPresets()
+
+    def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+
+    def default_compile_arguments(self):
+        """`{"optimizer", "loss", "metrics"}` used for any `"auto"` argument."""
+        return {"optimizer": "adam", "loss": None, "metrics": None}
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", **kwargs):
+        """`keras.Model.compile` with this task's defaults for `"auto"` arguments."""
+        defaults = self.default_compile_arguments()
+        given = {"optimizer": optimizer, "loss": loss, "metrics": metrics, "weighted_metrics": weighted_metrics}
+        arguments = {key: defaults.get(key) if value == "auto" else value for key, value in given.items()}
+        super().compile(**arguments, **kwargs)
+
+    def _ensure_compiled(self):
+        if not self.compiled:
+            self.compile()
+
+    # --- raw inputs -------------------------------------------------------
+
+    def _as_dataset(self, x, y, sample_weight, batch_size, shuffle):
+        """Raw inputs become preprocessed batches; feature dicts are checked."""
+        if self.preprocessor is not None and self.preprocessor.is_raw(x):
+            batches = PreprocessedBatches(
+                self.preprocessor,
+                x,
+                y,
+                sample_weight,
+                batch_size=batch_size or DEFAULT_BATCH_SIZE,
+                shuffle=shuffle,
+            )
+            return batches, None, None, None
+        if isinstance(x, dict) and all(backend_support.is_concrete(v) for v in x.values()):
+            self.backbone.validate_inputs(x)
+        return x, y, sample_weight, batch_size
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None, **kwargs):
+        """`keras.Model.fit`, taking raw inputs when a preprocessor is attached.
+
+        `validation_data` may be raw too: `(texts, labels)`.
+        """
+        self._ensure_compiled()
+        x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, shuffle)
+        if isinstance(validation_data, tuple) and self.preprocessor is not None and self.preprocessor.is_raw(validation_data[0]):
+            validation_data = self._as_dataset(*validation_data[:2], None, batch_size, False)[0]
+        return super().fit(
+            x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+            shuffle=shuffle if y is not None else False, validation_data=validation_data, **kwargs
+        )
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        """`keras.Model.evaluate`, taking raw inputs when a preprocessor is attached."""
+        self._ensure_compiled()
+        x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, False)
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """`keras.Model.predict`, taking raw inputs when a preprocessor is attached."""
+        x, _, _, batch_size = self._as_dataset(x, None, None, batch_size, False)
+        return super().predict(x, batch_size=batch_size, **kwargs)
+
+    # --- config and presets ----------------------------------------------
+
+    def get_config(self):
+        return {"backbone": serialize(self.backbone), "name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = deserialize(config["backbone"], expected_base=Backbone)
+        return cls(**config)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, preprocessor="auto", **kwargs):
+        """Builds the task from a preset: its backbone, its head where the
+        preset has one, and its preprocessor.
+
+        Args:
+            preset: a named preset, `"hf://org/repo[@rev]"` or a local
+                directory (this library's format or `transformers`').
+            load_weights: `False` builds the architecture only.
+            preprocessor: `"auto"` builds it from the preset; `None` attaches
+                none; or pass one.
+            **kwargs: task arguments (e.g. `num_classes=2`); `dtype` is also
+                passed to the backbone.
+
+        A head whose weights are absent from the preset (e.g. a classifier on
+        a pretrained encoder) starts from its initializer.
+        """
+        source = PresetSource.of(preset)
+        backbone_overrides = {"dtype": kwargs["dtype"]} if "dtype" in kwargs else {}
+        backbone, optional_keys = cls.backbone_cls._build_from_source(source, **backbone_overrides)
+        if preprocessor == "auto":
+            preprocessor = cls.preprocessor_cls.from_preset(source) if cls.preprocessor_cls else None
+        arguments = {**cls._preset_task_arguments(source), **kwargs}
+        task = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
+        if load_weights:
+            arrays = load_arrays(source)
+            assign_backbone_weights(backbone, arrays, source.description, optional_keys)
+            task._assign_head_weights(arrays, source.description)
+        return task
+
+    @classmethod
+    def _preset_task_arguments(cls, source):
+        """Task arguments stored in (or implied by) the preset."""
+        config = source.config()
+        if not is_native(config):
+            return converter_for(config, source.description).task_config(cls, source, config)
+        if registered_class(config["class_name"]) is not cls:
+            return {}
+        arguments = dict(config["config"])
+        for key in ("backbone", "name", "trainable"):
+            arguments.pop(key, None)
+        return arguments
+
+    def _assign_head_weights(self, arrays, source_description):
+        backbone_keys = set(variables_by_key(self.backbone))
+        head = {k: v for k, v in variables_by_key(self).items() if k not in backbone_keys}
+        found = {k: v for k, v in head.items() if k in arrays}
+        matching = {k: v for k, v in found.items() if tuple(arrays[k].shape) == tuple(v.shape)}
+        if head and len(matching) == len(head):
+            for key, variable in head.items():
+                variable.assign(keras.ops.convert_to_tensor(arrays[key], dtype=variable.dtype))
+        elif found:
+            logger.warning(
+                "The %s head was not loaded from '%s' (its weights there do not fit this "
+                "head's shapes); it starts from its initializer.",
+                type(self).__name__,
+                source_description,
+            )
+        elif head:
+            logger.info("'%s' has no %s head; it starts from its initializer.", source_description, type(self).__name__)
+
+    def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+        """Saves the task (config, weights, preprocessor, tokenizer, metadata,
+        model card) to `directory`, atomically."""
+        save_preset(
+            self,
+            directory,
+            preprocessor=self.preprocessor,
+            family=self.backbone.family,
+            max_shard_size=max_shard_size,
+        )
