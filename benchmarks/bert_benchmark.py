@@ -1,0 +1,412 @@
+"""Times a BERT-base-shaped encoder: ours against KerasHub's (and, on torch,
+Hugging Face transformers'), in one process, on the same inputs.
+
+The Keras backend is the one KERAS_BACKEND names; run the script once per
+backend (benchmarks/run_bert_benchmark.sh does all three). Weights are random:
+nothing is downloaded.
+
+Contenders (all BERT-base: vocab 30522, 12 layers, 12 heads, hidden 768,
+intermediate 3072, 512 positions, 2 segments, dropout 0.1):
+
+* ``ours``: ``attention_zoo_keras.models.BertBackbone``.
+* ``keras_hub``: ``keras_hub.models.BertBackbone``.
+* ``transformers`` (torch backend only): ``transformers.BertModel`` with
+  ``attn_implementation="sdpa"``.
+
+Measured, per contender:
+
+* inference: the Keras models go through the same call path,
+  ``model.predict_on_batch(inputs)`` (a ``jax.jit``-compiled stateless call on
+  JAX; a ``tf.function``, XLA-compiled when ``jit_compile`` resolves to True,
+  on TensorFlow; eager under ``torch.no_grad()`` on torch); transformers runs
+  ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
+* training: one optimizer step on the mean squared error of the pooled output
+  against zeros, Adam(1e-5), dropout active. Keras models:
+  ``model.train_on_batch`` after ``compile``; transformers: a manual
+  forward / backward / ``torch.optim.Adam`` step.
+
+Each measurement warms up (compiles) first, then reports the median (and the
+minimum) of ``--repeats`` timed calls, timed with ``time.perf_counter``. The
+ratio column is other / ours: above 1 means ours is faster.
+
+Example::
+
+    KERAS_BACKEND=jax python benchmarks/bert_benchmark.py --batch-size 8 --seq-len 128
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+BERT_BASE = dict(
+    vocabulary_size=30522,
+    num_layers=12,
+    num_heads=12,
+    hidden_dim=768,
+    intermediate_dim=3072,
+    max_sequence_length=512,
+    num_segments=2,
+)
+# A few-second smoke test of the script itself (--tiny); not a benchmark.
+TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls (compilation) first")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(),
+        help="intra-op (and inter-op) threads, the same for every contender (default: all cores)",
+    )
+    parser.add_argument(
+        "--backend-label", default=None,
+        help="label printed for this run (default: the Keras backend's name)",
+    )
+    parser.add_argument(
+        "--jit-compile", default="auto", choices=["auto", "true", "false"],
+        help="`jit_compile` given to compile() of both Keras models",
+    )
+    parser.add_argument(
+        "--contenders", default="ours,keras_hub,transformers",
+        help="comma-separated subset of ours,keras_hub,transformers",
+    )
+    parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
+    parser.add_argument(
+        "--no-padding", action="store_true",
+        help="every row full length (default: rows of random length in [seq_len/2, seq_len])",
+    )
+    parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    return parser.parse_args(argv)
+
+
+def limit_threads(threads):
+    """Same thread budget for every library; must run before they are imported."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)
+    if threads == 1:
+        # XLA:CPU (JAX, TF with jit_compile) has no "N threads" knob; it can only
+        # be switched to one thread. With N > 1 it uses every core.
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (
+            flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        ).strip()
+
+
+def apply_backend_threads(backend, threads):
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:
+        pass  # already set, or parallel work already started
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if no_padding:
+        lengths = np.full((batch_size,), seq_len)
+    else:
+        lengths = rng.integers(seq_len // 2, seq_len + 1, size=(batch_size,))
+        lengths[0] = seq_len  # the batch spans the whole length
+    positions = np.arange(seq_len)[None, :]
+    padding_mask = (positions < lengths[:, None]).astype("int32")
+    token_ids = rng.integers(1, vocabulary_size, size=(batch_size, seq_len)).astype("int32")
+    token_ids = token_ids * padding_mask
+    # Two segments: the second half of each row's real tokens is segment 1.
+    segment_ids = ((positions >= (lengths[:, None] // 2)) & (padding_mask > 0)).astype("int32")
+    return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
+
+
+def time_calls(fn, warmup, repeats, check=None):
+    """(first call seconds, [timed call seconds]) for `fn`, which must block
+    until its result is ready (the callers return host values). `check` is
+    given the first call's result."""
+    start = time.perf_counter()
+    result = fn()
+    first = time.perf_counter() - start
+    if check is not None:
+        check(result)
+    for _ in range(warmup - 1):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return first, times
+
+
+# --------------------------------------------------------------------------- Keras
+
+
+def build_ours(config):
+    from attention_zoo_keras.models import BertBackbone
+
+    return BertBackbone(**config)
+
+
+def build_keras_hub(config):
+    import keras_hub
+
+    return keras_hub.models.BertBackbone(**config)
+
+
+def keras_steps(model, inputs, jit_compile, config):
+    """The inference and training callables of a Keras backbone, both through
+    the public Trainer API so ours and KerasHub's take the same path."""
+    import keras
+    import numpy as np
+
+    jit = {"auto": "auto", "true": True, "false": False}[jit_compile]
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-5),
+        loss={"pooled_output": keras.losses.MeanSquaredError()},
+        jit_compile=jit,
+    )
+    targets = {"pooled_output": np.zeros((inputs["token_ids"].shape[0], config["hidden_dim"]), "float32")}
+
+    def infer():
+        out = model.predict_on_batch(inputs)
+        return out
+
+    def train():
+        return model.train_on_batch(inputs, targets)
+
+    return infer, train, f"predict_on_batch / train_on_batch (jit_compile={model.jit_compile})"
+
+
+def check_outputs(out, batch_size, seq_len, config):
+    import numpy as np
+
+    seq, pooled = np.asarray(out["sequence_output"]), np.asarray(out["pooled_output"])
+    assert seq.shape == (batch_size, seq_len, config["hidden_dim"]), seq.shape
+    assert pooled.shape == (batch_size, config["hidden_dim"]), pooled.shape
+    assert np.isfinite(seq).all() and np.isfinite(pooled).all()
+
+
+def check_loss(logs):
+    import numpy as np
+
+    loss = logs["loss"] if isinstance(logs, dict) else logs
+    assert np.isfinite(float(np.asarray(loss))), logs
+
+
+# --------------------------------------------------------------------------- transformers
+
+
+def transformers_steps(inputs, config):
+    import torch
+    import transformers
+
+    hf_config = transformers.BertConfig(
+        vocab_size=config["vocabulary_size"],
+        hidden_size=config["hidden_dim"],
+        num_hidden_layers=config["num_layers"],
+        num_attention_heads=config["num_heads"],
+        intermediate_size=config["intermediate_dim"],
+        max_position_embeddings=config["max_sequence_length"],
+        type_vocab_size=config["num_segments"],
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+    )
+    hf_config._attn_implementation = "sdpa"
+    model = transformers.BertModel(hf_config)
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    torch_inputs = {
+        "input_ids": torch.from_numpy(inputs["token_ids"]).long(),
+        "token_type_ids": torch.from_numpy(inputs["segment_ids"]).long(),
+        "attention_mask": torch.from_numpy(inputs["padding_mask"]).long(),
+    }
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
+    target = torch.zeros(inputs["token_ids"].shape[0], config["hidden_dim"])
+
+    def infer():
+        model.eval()
+        with torch.no_grad():
+            out = model(**torch_inputs)
+        return {"sequence_output": out.last_hidden_state.numpy(), "pooled_output": out.pooler_output.numpy()}
+
+    def train():
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        out = model(**torch_inputs)
+        loss = torch.nn.functional.mse_loss(out.pooler_output, target)
+        loss.backward()
+        optimizer.step()
+        return float(loss)
+
+    path = "eval + torch.no_grad() model(**inputs) / train: forward, backward, torch.optim.Adam step (sdpa)"
+    return model, infer, train, path
+
+
+# --------------------------------------------------------------------------- main
+
+
+def versions(backend):
+    import importlib.metadata as md
+
+    names = ["keras", "keras-hub", "numpy", "transformers", "torch"]
+    names += {"jax": ["jax", "jaxlib"], "tensorflow": ["tensorflow", "tensorflow-cpu"]}.get(backend, [])
+    found = {}
+    for name in names:
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return found
+
+
+def fmt_ms(seconds):
+    return f"{seconds * 1e3:10.1f}"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    limit_threads(args.threads)
+
+    import keras
+    import numpy as np
+
+    backend = keras.backend.backend()
+    apply_backend_threads(backend, args.threads)
+    label = args.backend_label or backend
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if backend != "torch" and "transformers" in contenders:
+        contenders.remove("transformers")
+
+    config = TINY if args.tiny else BERT_BASE
+    inputs = make_inputs(args.batch_size, args.seq_len, config["vocabulary_size"], args.no_padding)
+    print(f"# {'TINY smoke test' if args.tiny else 'BERT-base'} benchmark, backend={label}")
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
+    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(
+        f"shapes: batch {args.batch_size} x seq_len {args.seq_len} "
+        f"({int(inputs['padding_mask'].sum())} of {inputs['padding_mask'].size} tokens unpadded); "
+        f"warmup {args.warmup}, repeats {args.repeats} (median reported)"
+    )
+    sys.stdout.flush()
+
+    results = {}  # contender -> {"path": str, mode: {...}} or {"error": str}
+    for name in contenders:
+        keras.utils.clear_session(free_memory=True)
+        gc.collect()
+        keras.utils.set_random_seed(0)
+        entry = {}
+        results[name] = entry
+        try:
+            start = time.perf_counter()
+            if name == "transformers":
+                model, infer, train, path = transformers_steps(inputs, config)
+                params = sum(p.numel() for p in model.parameters())
+            else:
+                model = build_ours(config) if name == "ours" else build_keras_hub(config)
+                infer, train, path = keras_steps(model, inputs, args.jit_compile, config)
+                params = model.count_params()
+            entry["build_s"] = time.perf_counter() - start
+            entry["path"] = path
+            entry["params"] = int(params)
+            print(f"\n[{name}] {params:,} parameters, built in {entry['build_s']:.1f}s; {path}")
+            sys.stdout.flush()
+            for mode in modes:
+                if mode == "inference":
+                    fn = infer
+                    check = lambda out: check_outputs(out, args.batch_size, args.seq_len, config)
+                else:
+                    fn, check = train, check_loss
+                first, times = time_calls(fn, args.warmup, args.repeats, check)
+                entry[mode] = {
+                    "first_call_s": first,
+                    "median_s": statistics.median(times),
+                    "min_s": min(times),
+                    "times_s": times,
+                }
+                print(
+                    f"[{name}] {mode:9s} first call {first:7.2f}s; median {statistics.median(times) * 1e3:.1f} ms, "
+                    f"min {min(times) * 1e3:.1f} ms over {len(times)}"
+                )
+                sys.stdout.flush()
+        except Exception as error:  # report and go on with the other contenders
+            entry["error"] = f"{type(error).__name__}: {error}"
+            entry["traceback"] = traceback.format_exc()
+            print(f"\n[{name}] FAILED:\n{entry['traceback']}")
+        finally:
+            model = infer = train = None
+            gc.collect()
+
+    print(f"\n## {label}: batch {args.batch_size}, seq_len {args.seq_len}, median of {args.repeats} (ms per step)\n")
+    header = "| contender | " + " | ".join(f"{m} ms | {m} ratio" for m in modes) + " |"
+    print(header)
+    print("|" + "---|" * (1 + 2 * len(modes)))
+    ours = results.get("ours", {})
+    for name, entry in results.items():
+        cells = []
+        for mode in modes:
+            if "error" in entry or mode not in entry:
+                cells += ["failed", "-"]
+                continue
+            median = entry[mode]["median_s"]
+            cells.append(fmt_ms(median).strip())
+            if mode in ours and "error" not in ours:
+                cells.append(f"{median / ours[mode]['median_s']:.2f}")
+            else:
+                cells.append("-")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nratio = contender / ours (> 1: ours faster)")
+
+    if args.json:
+        payload = {
+            "backend": backend,
+            "label": label,
+            "cpu": cpu_model(),
+            "threads": args.threads,
+            "versions": versions(backend),
+            "batch_size": args.batch_size,
+            "seq_len": args.seq_len,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "results": results,
+        }
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=2)
+    failed = [name for name, entry in results.items() if "error" in entry]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
