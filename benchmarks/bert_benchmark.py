@@ -268,7 +268,7 @@ def transformers_steps(inputs, config):
         loss = torch.nn.functional.mse_loss(out.pooler_output, target)
         loss.backward()
         optimizer.step()
-        return float(loss)
+        return float(loss.detach())
 
     path = "eval + torch.no_grad() model(**inputs) / train: forward, backward, torch.optim.Adam step (sdpa)"
     return model, infer, train, path

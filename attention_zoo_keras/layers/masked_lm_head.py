@@ -44,8 +44,8 @@ class MaskedLMHead(keras.layers.Layer):
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="transform_norm"
         )
 
-    def build(self, sequence_shape, positions_shape=None):
-        hidden_dim = sequence_shape[-1]
+    def build(self, sequence_output_shape, mask_positions_shape=None):
+        hidden_dim = sequence_output_shape[-1]
         self.transform = keras.layers.Dense(
             hidden_dim, kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="transform",
@@ -62,5 +62,5 @@ class MaskedLMHead(keras.layers.Layer):
         embeddings = ops.cast(self.token_embedding.embeddings, hidden.dtype)
         return ops.matmul(hidden, ops.transpose(embeddings)) + ops.cast(self.output_bias, hidden.dtype)
 
-    def compute_output_shape(self, sequence_shape, positions_shape):
-        return tuple(positions_shape) + (self.token_embedding.input_dim,)
+    def compute_output_shape(self, sequence_output_shape, mask_positions_shape):
+        return tuple(mask_positions_shape) + (self.token_embedding.input_dim,)

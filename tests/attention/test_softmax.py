@@ -1,0 +1,104 @@
+"""Softmax attention against the formula softmax(QKᵀ/√d + M)V in numpy."""
+
+import keras
+import numpy as np
+import pytest
+
+from attention_zoo_keras import attention
+
+
+def reference_attention(query, key, value, mask=None):
+    """numpy: (B, T, N, H) inputs, boolean mask broadcastable to (B, N, T, S)."""
+    logits = np.einsum("btnh,bsnh->bnts", query, key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        logits = np.where(mask, logits, -np.inf)
+    logits -= logits.max(-1, keepdims=True)
+    weights = np.exp(logits)
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("bnts,bsnh->btnh", weights, value)
+
+
+@pytest.fixture
+def qkv():
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((2, 5, 3, 4)).astype("float32") for _ in range(3)]
+
+
+def test_matches_formula_without_mask(qkv):
+    out = attention.softmax_attention(*qkv)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), reference_attention(*qkv), atol=1e-5)
+
+
+def test_padding_mask(qkv):
+    padding = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    mask = padding[:, None, None, :]
+    out = keras.ops.convert_to_numpy(attention.softmax_attention(*qkv, attention_mask=mask))
+    np.testing.assert_allclose(out, reference_attention(*qkv, mask), atol=1e-5)
+    # Changing padded keys/values does not change the output.
+    query, key, value = qkv
+    key2, value2 = key.copy(), value.copy()
+    key2[0, 3:] = 100.0
+    value2[0, 3:] = -100.0
+    out2 = keras.ops.convert_to_numpy(attention.softmax_attention(query, key2, value2, attention_mask=mask))
+    np.testing.assert_allclose(out2[0], out[0], atol=1e-5)
+
+
+def test_causal(qkv):
+    out = keras.ops.convert_to_numpy(attention.softmax_attention(*qkv, is_causal=True))
+    causal = np.tril(np.ones((5, 5), bool))
+    np.testing.assert_allclose(out, reference_attention(*qkv, causal), atol=1e-5)
+
+
+def test_causal_and_padding_combined(qkv):
+    padding = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)[:, None, None, :]
+    out = attention.softmax_attention(*qkv, attention_mask=padding, is_causal=True)
+    mask = np.logical_and(padding, np.tril(np.ones((5, 5), bool)))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), reference_attention(*qkv, mask), atol=1e-5)
+
+
+def test_causal_mask_aligns_last_query_with_last_key():
+    mask = keras.ops.convert_to_numpy(attention.causal_mask(2, 4))
+    np.testing.assert_array_equal(mask, [[True, True, True, False], [True, True, True, True]])
+
+
+def test_inference_uses_fused_kernel(qkv, monkeypatch):
+    calls = []
+    fused = keras.ops.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", spy)
+    attention.softmax_attention(*qkv, dropout_rate=0.5, training=False)
+    assert len(calls) == 1
+    attention.softmax_attention(*qkv, dropout_rate=0.5, training=True, seed_generator=keras.random.SeedGenerator(1))
+    assert len(calls) == 1, "attention dropout needs the probabilities: the einsum path must run"
+
+
+def test_einsum_path_without_dropout_equals_fused(qkv):
+    """A negligible dropout rate forces the einsum path, which must agree with
+    the fused kernel on every mask combination."""
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)[:, None, None, :]
+    fused = keras.ops.convert_to_numpy(attention.softmax_attention(*qkv, attention_mask=mask, is_causal=True))
+    explicit = keras.ops.convert_to_numpy(
+        attention.softmax_attention(
+            *qkv, attention_mask=mask, is_causal=True, dropout_rate=1e-9, training=True,
+            seed_generator=keras.random.SeedGenerator(0),
+        )
+    )
+    np.testing.assert_allclose(explicit, fused, atol=1e-5)
+
+
+def test_dropout_changes_output_when_training(qkv):
+    dropped = attention.softmax_attention(
+        *qkv, dropout_rate=0.5, training=True, seed_generator=keras.random.SeedGenerator(0)
+    )
+    assert not np.allclose(keras.ops.convert_to_numpy(dropped), reference_attention(*qkv), atol=1e-3)
+
+
+def test_registry_lookup_and_unknown_name():
+    assert attention.get_mechanism("softmax") is attention.softmax_attention
+    assert "softmax" in attention.mechanism_names()
+    with pytest.raises(ValueError, match="Unknown attention mechanism 'sofmax'.*softmax"):
+        attention.get_mechanism("sofmax")
