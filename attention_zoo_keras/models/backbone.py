@@ -71,18 +71,6 @@ def backbone_config_of(config, source_description):
     return nested
 
 
-def assign_backbone_weights(backbone, arrays, source_description, optional_keys=()):
-    """Loads a backbone's variables from `{key: array}`, warning about the
-    optional ones the checkpoint lacked."""
-    missing = assign_weights(variables_by_key(backbone), arrays, source_description, optional_keys)
-    if missing:
-        logger.warning(
-            "Checkpoint '%s' has no weights for %s; they keep their initial values.",
-            source_description,
-            ", ".join(missing),
-        )
-
-
 class Backbone(keras.Model):
     """A model family's network without a task head.
 
@@ -127,8 +115,19 @@ class Backbone(keras.Model):
         source = PresetSource.of(preset)
         backbone, optional_keys = cls._build_from_source(source, **kwargs)
         if load_weights:
-            assign_backbone_weights(backbone, load_arrays(source), source.description, optional_keys)
+            backbone.assign_arrays(load_arrays(source), source.description, optional_keys)
         return backbone
+
+    def assign_arrays(self, arrays, source_description, optional_keys=()):
+        """Loads every variable from `{key: array}` (checked shapes), warning
+        about optional keys the checkpoint lacked."""
+        missing = assign_weights(variables_by_key(self), arrays, source_description, optional_keys)
+        if missing:
+            logger.warning(
+                "Checkpoint '%s' has no weights for %s; they keep their initial values.",
+                source_description,
+                ", ".join(missing),
+            )
 
     @classmethod
     def _build_from_source(cls, source, **kwargs):

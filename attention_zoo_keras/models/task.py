@@ -14,10 +14,10 @@ from attention_zoo_keras.hub.preset_format import load_arrays
 from attention_zoo_keras.hub.preset_format import save_preset
 from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
+from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
-from attention_zoo_keras.models.backbone import assign_backbone_weights
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import registered_class
@@ -146,9 +146,7 @@ class Task(keras.Model):
         arguments = {**cls._preset_task_arguments(source), **kwargs}
         task = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
         if load_weights:
-            arrays = load_arrays(source)
-            assign_backbone_weights(backbone, arrays, source.description, optional_keys)
-            task._assign_head_weights(arrays, source.description)
+            task.assign_arrays(load_arrays(source), source.description, optional_keys)
         return task
 
     @classmethod
@@ -164,14 +162,16 @@ class Task(keras.Model):
             arguments.pop(key, None)
         return arguments
 
-    def _assign_head_weights(self, arrays, source_description):
+    def assign_arrays(self, arrays, source_description, optional_keys=()):
+        """Loads the backbone from `{key: array}`, and the head too when the
+        arrays hold weights of this head's shapes."""
+        self.backbone.assign_arrays(arrays, source_description, optional_keys)
         backbone_keys = set(variables_by_key(self.backbone))
         head = {k: v for k, v in variables_by_key(self).items() if k not in backbone_keys}
         found = {k: v for k, v in head.items() if k in arrays}
         matching = {k: v for k, v in found.items() if tuple(arrays[k].shape) == tuple(v.shape)}
         if head and len(matching) == len(head):
-            for key, variable in head.items():
-                variable.assign(keras.ops.convert_to_tensor(arrays[key], dtype=variable.dtype))
+            assign_weights(head, arrays, source_description)
         elif found:
             logger.warning(
                 "The %s head was not loaded from '%s' (its weights there do not fit this "

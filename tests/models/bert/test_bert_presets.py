@@ -1,0 +1,130 @@
+"""Saving and loading presets: identical outputs, across tasks and backends."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import attention_zoo_keras as azk
+from tests.conftest import TINY_VOCABULARY
+
+TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
+
+
+def tiny_classifier(num_classes=3):
+    keras.utils.set_random_seed(1)
+    tokenizer = azk.models.BertTokenizer.from_vocabulary(TINY_VOCABULARY)
+    backbone = azk.models.BertBackbone(
+        vocabulary_size=tokenizer.vocabulary_size, num_layers=2, num_heads=2, hidden_dim=16,
+        intermediate_dim=32, max_sequence_length=16,
+    )
+    preprocessor = azk.models.BertPreprocessor(tokenizer, sequence_length=16)
+    return azk.models.BertTextClassifier(backbone=backbone, num_classes=num_classes, preprocessor=preprocessor)
+
+
+def test_task_round_trip_gives_identical_outputs(tmp_path):
+    classifier = tiny_classifier()
+    expected = classifier.predict(TEXTS, verbose=0)
+    classifier.save_to_preset(tmp_path / "preset")
+    files = sorted(p.name for p in (tmp_path / "preset").iterdir())
+    assert files == ["README.md", "config.json", "metadata.json", "model.safetensors", "preprocessor.json", "tokenizer.json"]
+    reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
+    assert reloaded.num_classes == 3 and reloaded.preprocessor.sequence_length == 16
+    np.testing.assert_array_equal(reloaded.predict(TEXTS, verbose=0), expected)
+
+
+def test_saved_files_are_what_the_format_promises(tmp_path):
+    tiny_classifier().save_to_preset(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["library"] == "attention_zoo_keras"
+    assert config["class_name"] == "BertTextClassifier"
+    assert config["config"]["backbone"]["class_name"] == "BertBackbone"
+    metadata = json.loads((tmp_path / "metadata.json").read_text())
+    assert metadata["saved_with_backend"] == keras.backend.backend()
+    assert metadata["parameter_count"] > 0
+    card = (tmp_path / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: attention-zoo-keras") and "pipeline_tag: text-classification" in card
+    # tokenizer.json is the `tokenizers` format, readable without this library.
+    import tokenizers
+
+    assert tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json")).token_to_id("[CLS]") == 2
+
+
+def test_backbone_and_sibling_tasks_load_from_a_task_preset(tmp_path):
+    classifier = tiny_classifier()
+    classifier.save_to_preset(tmp_path)
+    features = classifier.preprocessor(TEXTS)
+    backbone = azk.models.BertBackbone.from_preset(str(tmp_path))
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(backbone(features)["sequence_output"]),
+        keras.ops.convert_to_numpy(classifier.backbone(features)["sequence_output"]),
+    )
+    mlm = azk.models.BertMaskedLM.from_preset(str(tmp_path))
+    assert mlm.preprocessor.sequence_length == 16  # the shared preprocessor setting carries over
+    five_way = azk.models.BertTextClassifier.from_preset(str(tmp_path), num_classes=5)
+    assert five_way.predict(TEXTS, verbose=0).shape == (2, 5)
+
+
+def test_sharded_weights_round_trip(tmp_path):
+    classifier = tiny_classifier()
+    classifier.save_to_preset(tmp_path, max_shard_size="20KB")
+    shards = sorted(p.name for p in tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (tmp_path / "model.safetensors").exists()
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(shards)
+    reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path))
+    np.testing.assert_array_equal(reloaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
+
+
+def test_variable_keys_are_stable_across_instances():
+    first = [v.path for v in tiny_classifier().weights]
+    second = [v.path for v in tiny_classifier().weights]
+    assert first == second and len(set(first)) == len(first)
+
+
+def test_config_round_trip_rebuilds_the_same_architecture():
+    classifier = tiny_classifier()
+    rebuilt = azk.models.BertTextClassifier.from_config(classifier.get_config())
+    assert rebuilt.get_config() == classifier.get_config()
+    assert [tuple(v.shape) for v in rebuilt.weights] == [tuple(v.shape) for v in classifier.weights]
+
+
+def test_named_presets_are_listed():
+    presets = azk.models.BertBackbone.presets
+    assert {"bert_tiny", "bert_base", "bert_large", "minilm_l6"} <= set(presets)
+    assert presets["bert_base"]["source"] == "hf://google-bert/bert-base-uncased"
+    assert presets["minilm_l6"]["source"] == "hf://sentence-transformers/all-MiniLM-L6-v2"
+    assert set(azk.models.BertTextClassifier.presets) == set(presets)
+
+
+OTHER_BACKEND = {"jax": "torch", "torch": "tensorflow", "tensorflow": "jax"}
+SAVE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from tests.models.bert.test_bert_presets import TEXTS, tiny_classifier
+    classifier = tiny_classifier()
+    classifier.save_to_preset(sys.argv[1])
+    np.save(sys.argv[2], classifier.predict(TEXTS, verbose=0))
+    """
+)
+
+
+@pytest.mark.slow
+def test_preset_saved_under_another_backend_loads_with_the_same_outputs(tmp_path):
+    other = OTHER_BACKEND[keras.backend.backend()]
+    environment = {**os.environ, "KERAS_BACKEND": other, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    root = Path(__file__).resolve().parents[3]
+    subprocess.run(
+        [sys.executable, "-c", SAVE_SCRIPT, str(tmp_path / "preset"), str(tmp_path / "expected.npy")],
+        check=True, cwd=root, env=environment,
+    )
+    assert json.loads((tmp_path / "preset" / "metadata.json").read_text())["saved_with_backend"] == other
+    reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(reloaded.predict(TEXTS, verbose=0), np.load(tmp_path / "expected.npy"), atol=1e-5)
