@@ -76,7 +76,7 @@ def softmax_attention(
 
     >>> import numpy as np
     >>> q = np.random.rand(2, 5, 4, 8).astype("float32")
-    >>> softmax_attention(q, q, q, is_causal=True).shape
+    >>> tuple(softmax_attention(q, q, q, is_causal=True).shape)
     (2, 5, 4, 8)
     """
     query_length, key_length = query.shape[1], key.shape[1]

@@ -23,7 +23,7 @@ class FeedForward(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> FeedForward(16)(np.zeros((1, 3, 8), "float32")).shape
+    >>> tuple(FeedForward(16)(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
     """
 

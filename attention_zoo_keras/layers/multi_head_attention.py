@@ -39,7 +39,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     >>> import numpy as np
     >>> layer = MultiHeadAttention(num_heads=2, head_dim=4)
-    >>> layer(np.zeros((1, 3, 8), "float32")).shape
+    >>> tuple(layer(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
     """
 

@@ -28,7 +28,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     >>> import numpy as np
     >>> layer = PositionEmbedding(sequence_length=16, hidden_dim=8)
-    >>> layer(np.zeros((2, 5), "int32")).shape
+    >>> tuple(layer(np.zeros((2, 5), "int32")).shape)
     (1, 5, 8)
     """
 

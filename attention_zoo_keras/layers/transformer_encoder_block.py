@@ -45,7 +45,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     >>> import numpy as np
     >>> block = TransformerEncoderBlock(num_heads=2, intermediate_dim=16)
-    >>> block(np.zeros((1, 3, 8), "float32")).shape
+    >>> tuple(block(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
     """
 

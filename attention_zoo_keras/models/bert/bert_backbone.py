@@ -50,7 +50,7 @@ class BertBackbone(Backbone):
     >>> ids = np.array([[2, 15, 27, 3, 0]])
     >>> out = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids),
     ...                 "padding_mask": (ids > 0).astype("int32")})
-    >>> out["sequence_output"].shape, out["pooled_output"].shape
+    >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((1, 5, 16), (1, 16))
     """
 

@@ -1,0 +1,57 @@
+"""Package-level promises: backend isolation, shipped presets, runnable docs."""
+
+import doctest
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import attention_zoo_keras
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_importing_under_jax_or_torch_does_not_import_tensorflow(backend):
+    code = (
+        "import sys, attention_zoo_keras as azk\n"
+        "azk.models.BertBackbone(vocabulary_size=10, num_layers=1, num_heads=1, hidden_dim=4, intermediate_dim=4)\n"
+        "assert 'tensorflow' not in sys.modules, sorted(m for m in sys.modules if m.startswith('tensorflow'))[:5]\n"
+    )
+    environment = {**os.environ, "KERAS_BACKEND": backend}
+    subprocess.run([sys.executable, "-c", code], check=True, env=environment, cwd=ROOT)
+
+
+def _modules():
+    for info in pkgutil.walk_packages(attention_zoo_keras.__path__, "attention_zoo_keras."):
+        yield importlib.import_module(info.name)
+
+
+def test_docstring_examples_run():
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    examples = 0
+    for module in _modules():
+        for test in finder.find(module):
+            examples += len(test.examples)
+            runner.run(test)
+    assert examples > 20
+    assert runner.failures == 0, f"{runner.failures} docstring examples failed (see the output above)"
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_named_presets(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("attention_zoo_keras-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for preset in ("bert_tiny", "bert_base", "bert_large", "minilm_l6"):
+        assert f"attention_zoo_keras/presets/{preset}.json" in names
+    assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)
