@@ -25,9 +25,13 @@ Measured, per contender:
   ``model.train_on_batch`` after ``compile``; transformers: a manual
   forward / backward / ``torch.optim.Adam`` step.
 
-Each measurement warms up (compiles) first, then reports the median (and the
-minimum) of ``--repeats`` timed calls, timed with ``time.perf_counter``. The
-ratio column is other / ours: above 1 means ours is faster.
+All contenders are built first; each mode is then warmed up (compiled) per
+contender, and the ``--repeats`` timed calls are interleaved round-robin
+(rotating who goes first) so that other load on the machine weighs on every
+contender alike. Reported: the median and the minimum of the wall times
+(``time.perf_counter``), and the median process CPU time
+(``time.process_time``). The ratio columns are other / ours: above 1 means
+ours is faster.
 
 Example::
 
@@ -149,25 +153,6 @@ def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
     # Two segments: the second half of each row's real tokens is segment 1.
     segment_ids = ((positions >= (lengths[:, None] // 2)) & (padding_mask > 0)).astype("int32")
     return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
-
-
-def time_calls(fn, warmup, repeats, check=None):
-    """(first call seconds, [timed call seconds]) for `fn`, which must block
-    until its result is ready (the callers return host values). `check` is
-    given the first call's result."""
-    start = time.perf_counter()
-    result = fn()
-    first = time.perf_counter() - start
-    if check is not None:
-        check(result)
-    for _ in range(warmup - 1):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return first, times
 
 
 # --------------------------------------------------------------------------- Keras
@@ -320,15 +305,25 @@ def main(argv=None):
         f"({int(inputs['padding_mask'].sum())} of {inputs['padding_mask'].size} tokens unpadded); "
         f"warmup {args.warmup}, repeats {args.repeats} (median reported)"
     )
+    print(f"load average at the start (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sys.stdout.flush()
 
     results = {}  # contender -> {"path": str, mode: {...}} or {"error": str}
+    steps = {}  # contender -> {"inference": fn, "training": fn}
+
+    def fail(name, error):
+        results[name]["error"] = f"{type(error).__name__}: {error}"
+        results[name]["traceback"] = traceback.format_exc()
+        steps.pop(name, None)
+        print(f"\n[{name}] FAILED:\n{results[name]['traceback']}")
+        sys.stdout.flush()
+
+    # Build every contender first, then time them interleaved (round-robin,
+    # rotating who goes first), so that anything else loading the machine
+    # during the run weighs on all of them alike.
+    keras.utils.set_random_seed(0)
     for name in contenders:
-        keras.utils.clear_session(free_memory=True)
-        gc.collect()
-        keras.utils.set_random_seed(0)
-        entry = {}
-        results[name] = entry
+        results[name] = {}
         try:
             start = time.perf_counter()
             if name == "transformers":
@@ -338,56 +333,83 @@ def main(argv=None):
                 model = build_ours(config) if name == "ours" else build_keras_hub(config)
                 infer, train, path = keras_steps(model, inputs, args.jit_compile, config)
                 params = model.count_params()
-            entry["build_s"] = time.perf_counter() - start
-            entry["path"] = path
-            entry["params"] = int(params)
-            print(f"\n[{name}] {params:,} parameters, built in {entry['build_s']:.1f}s; {path}")
+            results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))
+            steps[name] = {"inference": infer, "training": train}
+            print(f"[{name}] {params:,} parameters, built in {results[name]['build_s']:.1f}s; {path}")
             sys.stdout.flush()
-            for mode in modes:
-                if mode == "inference":
-                    fn = infer
-                    check = lambda out: check_outputs(out, args.batch_size, args.seq_len, config)
-                else:
-                    fn, check = train, check_loss
-                first, times = time_calls(fn, args.warmup, args.repeats, check)
-                entry[mode] = {
-                    "first_call_s": first,
-                    "median_s": statistics.median(times),
-                    "min_s": min(times),
-                    "times_s": times,
-                }
-                print(
-                    f"[{name}] {mode:9s} first call {first:7.2f}s; median {statistics.median(times) * 1e3:.1f} ms, "
-                    f"min {min(times) * 1e3:.1f} ms over {len(times)}"
-                )
-                sys.stdout.flush()
         except Exception as error:  # report and go on with the other contenders
-            entry["error"] = f"{type(error).__name__}: {error}"
-            entry["traceback"] = traceback.format_exc()
-            print(f"\n[{name}] FAILED:\n{entry['traceback']}")
-        finally:
-            model = infer = train = None
-            gc.collect()
+            fail(name, error)
+        model = infer = train = None
+        gc.collect()
+
+    checks = {
+        "inference": lambda out: check_outputs(out, args.batch_size, args.seq_len, config),
+        "training": check_loss,
+    }
+    for mode in modes:
+        for name in list(steps):
+            try:
+                start = time.perf_counter()
+                checks[mode](steps[name][mode]())
+                first = time.perf_counter() - start
+                for _ in range(args.warmup - 1):
+                    steps[name][mode]()
+                results[name][mode] = {"first_call_s": first, "times_s": [], "cpu_s": []}
+                print(f"[{name}] {mode}: first call (compile/warm-up) {first:.2f}s")
+                sys.stdout.flush()
+            except Exception as error:
+                fail(name, error)
+        names = list(steps)
+        for repeat in range(args.repeats):
+            shift = repeat % max(len(names), 1)
+            for name in names[shift:] + names[:shift]:
+                if name not in steps:
+                    continue
+                try:
+                    cpu_start, start = time.process_time(), time.perf_counter()
+                    steps[name][mode]()
+                    wall = time.perf_counter() - start
+                    cpu = time.process_time() - cpu_start
+                except Exception as error:
+                    fail(name, error)
+                    continue
+                results[name][mode]["times_s"].append(wall)
+                results[name][mode]["cpu_s"].append(cpu)
+        for name in steps:
+            entry = results[name][mode]
+            entry["median_s"] = statistics.median(entry["times_s"])
+            entry["min_s"] = min(entry["times_s"])
+            entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+            print(
+                f"[{name}] {mode:9s} median {entry['median_s'] * 1e3:.1f} ms, min {entry['min_s'] * 1e3:.1f} ms, "
+                f"median process CPU {entry['cpu_median_s'] * 1e3:.1f} ms over {len(entry['times_s'])}; "
+                f"all: {', '.join(f'{t * 1e3:.0f}' for t in entry['times_s'])}"
+            )
+        sys.stdout.flush()
+    steps.clear()
 
     print(f"\n## {label}: batch {args.batch_size}, seq_len {args.seq_len}, median of {args.repeats} (ms per step)\n")
-    header = "| contender | " + " | ".join(f"{m} ms | {m} ratio" for m in modes) + " |"
+    header = "| contender | " + " | ".join(
+        f"{m} median ms | {m} min ms | {m} CPU ms | {m} ratio (median) | {m} ratio (min)" for m in modes
+    ) + " |"
     print(header)
-    print("|" + "---|" * (1 + 2 * len(modes)))
+    print("|" + "---|" * (1 + 5 * len(modes)))
     ours = results.get("ours", {})
     for name, entry in results.items():
         cells = []
         for mode in modes:
-            if "error" in entry or mode not in entry:
-                cells += ["failed", "-"]
+            if "error" in entry or "median_s" not in entry.get(mode, {}):
+                cells += ["failed", "-", "-", "-", "-"]
                 continue
-            median = entry[mode]["median_s"]
-            cells.append(fmt_ms(median).strip())
-            if mode in ours and "error" not in ours:
-                cells.append(f"{median / ours[mode]['median_s']:.2f}")
+            cells += [fmt_ms(entry[mode][k]).strip() for k in ("median_s", "min_s", "cpu_median_s")]
+            if "error" not in ours and "median_s" in ours.get(mode, {}):
+                cells.append(f"{entry[mode]['median_s'] / ours[mode]['median_s']:.2f}")
+                cells.append(f"{entry[mode]['min_s'] / ours[mode]['min_s']:.2f}")
             else:
-                cells.append("-")
+                cells += ["-", "-"]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("\nratio = contender / ours (> 1: ours faster)")
+    print("\nratio = contender / ours (> 1: ours faster); CPU ms = median process CPU time (all threads)")
+    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     if args.json:
         payload = {
@@ -400,6 +422,9 @@ def main(argv=None):
             "seq_len": args.seq_len,
             "repeats": args.repeats,
             "warmup": args.warmup,
+            "jit_compile": args.jit_compile,
+            "padding": not args.no_padding,
+            "load_average_end": os.getloadavg(),
             "results": results,
         }
         with open(args.json, "w") as f:

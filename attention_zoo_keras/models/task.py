@@ -91,11 +91,15 @@ class Task(keras.Model):
         """
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, shuffle)
-        if isinstance(validation_data, tuple) and self.preprocessor is not None and self.preprocessor.is_raw(validation_data[0]):
-            validation_data = self._as_dataset(*validation_data[:2], None, batch_size, False)[0]
+        if isinstance(x, PreprocessedBatches):
+            shuffle = False  # the batches shuffle themselves, every epoch
+        if isinstance(validation_data, tuple):
+            validation_x, validation_y = validation_data[0], validation_data[1] if len(validation_data) > 1 else None
+            if self.preprocessor is not None and self.preprocessor.is_raw(validation_x):
+                validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, None, batch_size, False)
         return super().fit(
             x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            shuffle=shuffle if y is not None else False, validation_data=validation_data, **kwargs
+            shuffle=shuffle, validation_data=validation_data, **kwargs
         )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):

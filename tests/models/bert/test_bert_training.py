@@ -98,3 +98,10 @@ def test_masking_is_80_10_10_on_non_special_tokens():
     np.testing.assert_array_equal(untouched, original)
     # 50 % of the 14 words are selected in every row.
     np.testing.assert_array_equal(selected.sum(-1), 7)
+
+
+def test_fit_takes_raw_validation_data():
+    classifier = tiny_task(azk.models.BertTextClassifier, azk.models.BertPreprocessor, num_classes=2)
+    texts, labels = sentiment_data(16, seed=2)
+    history = classifier.fit(texts, labels, validation_data=(texts[:8], labels[:8]), batch_size=8, epochs=1, verbose=0)
+    assert "val_loss" in history.history and "val_accuracy" in history.history
