@@ -48,10 +48,15 @@ def registered_class(name, source="config"):
         UnregisteredClassError: naming the class, where the name came from,
             and the closest registered names.
     """
-    if isinstance(name, str) and name.startswith(f"{PACKAGE}>"):
+    if not isinstance(name, str):
+        raise UnregisteredClassError(
+            f"{source} names the class {name!r}, which attention_zoo_keras has not registered "
+            "(it is not even a class name)."
+        )
+    if name.startswith(f"{PACKAGE}>"):
         name = name[len(PACKAGE) + 1 :]
     if name not in _REGISTERED_CLASSES:
-        close = difflib.get_close_matches(str(name), registered_names(), n=3)
+        close = difflib.get_close_matches(name, registered_names(), n=3)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise UnregisteredClassError(
             f"{source} names the class '{name}', which attention_zoo_keras "

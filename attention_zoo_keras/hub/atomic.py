@@ -8,6 +8,12 @@ import uuid
 from pathlib import Path
 
 
+def _current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_directory(target):
     """Yields an empty staging directory that replaces `target` on success.
@@ -25,8 +31,14 @@ def atomic_directory(target):
     target = Path(target).expanduser().absolute()
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"Cannot save a preset to '{target}': it is a file.")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        raise NotADirectoryError(
+            f"Cannot save a preset to '{target}': a part of its parent path is a file."
+        ) from error
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    os.chmod(staging, 0o777 & ~_current_umask())
     try:
         yield staging
     except BaseException:

@@ -5,9 +5,7 @@ itself from a preset and saves itself as one.
 import logging
 
 import keras
-import numpy as np
 
-from attention_zoo_keras import backend_support
 from attention_zoo_keras.hub.catalog import list_presets
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.preset_format import is_native
@@ -17,6 +15,7 @@ from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
+from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import registered_class
 
@@ -28,33 +27,6 @@ class PresetsOfFamily:
 
     def __get__(self, instance, owner):
         return list_presets(family=owner.family)
-
-
-def check_token_ids(name, ids, vocabulary_size):
-    """Raises if any id in `ids` is negative or ≥ `vocabulary_size`.
-
-    Gathers on JAX silently clamp out-of-range indices, so ids are checked
-    here, on concrete values, before they reach a compiled graph.
-    """
-    ids = np.asarray(keras.ops.convert_to_numpy(ids))
-    if ids.size == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocabulary_size:
-        bad = high if high >= vocabulary_size else low
-        raise ValueError(
-            f"'{name}' holds the id {bad}, outside the valid range [0, {vocabulary_size})."
-        )
-
-
-def check_sequence_length(name, ids, max_sequence_length):
-    """Raises if `ids` is longer than the model's maximum sequence length."""
-    length = ids.shape[-1]
-    if length is not None and length > max_sequence_length:
-        raise ValueError(
-            f"'{name}' has length {length}, longer than the model's maximum sequence length "
-            f"{max_sequence_length}. Truncate it (the preprocessor does so for raw text)."
-        )
 
 
 def backbone_config_of(config, source_description):
@@ -71,7 +43,7 @@ def backbone_config_of(config, source_description):
     return nested
 
 
-class Backbone(keras.Model):
+class Backbone(ValidatesInputs, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__`, set `family`, return
@@ -88,14 +60,6 @@ class Backbone(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
-
-    def validate_inputs(self, inputs):
-        """Checks concrete inputs (ids in range, lengths) before the graph runs."""
-
-    def __call__(self, inputs, *args, **kwargs):
-        if isinstance(inputs, dict) and all(backend_support.is_concrete(v) for v in inputs.values()):
-            self.validate_inputs(inputs)
-        return super().__call__(inputs, *args, **kwargs)
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):

@@ -31,14 +31,18 @@ class PreprocessedBatches(keras.utils.PyDataset):
         batch_size: examples per batch.
         shuffle: reshuffle the order at the start and after every epoch.
         seed: seed of the shuffle.
+        validate: called on each batch's features before they are returned,
+            e.g. a model's `validate_inputs` (the preprocessor may produce ids
+            or lengths the model cannot take).
     """
 
-    def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, **kwargs):
+    def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, validate=None, **kwargs):
         super().__init__(**kwargs)
         self.preprocessor = preprocessor
         self.x, self.y, self.sample_weight = x, y, sample_weight
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.validate = validate
         self.num_examples = preprocessor.num_examples(x)
         if y is not None and len(y) != self.num_examples:
             raise ValueError(f"Got {self.num_examples} inputs but {len(y)} labels.")
@@ -52,11 +56,14 @@ class PreprocessedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index):
         indices = self._order[index * self.batch_size : (index + 1) * self.batch_size]
-        return self.preprocessor(
+        batch = self.preprocessor(
             take(self.x, indices),
             None if self.y is None else take(np.asarray(self.y), indices),
             None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
         )
+        if self.validate is not None:
+            self.validate(batch[0] if isinstance(batch, tuple) else batch)
+        return batch
 
     def on_epoch_end(self):
         if self.shuffle:

@@ -7,7 +7,6 @@ import logging
 
 import keras
 
-from attention_zoo_keras import backend_support
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.preset_format import is_native
 from attention_zoo_keras.hub.preset_format import load_arrays
@@ -18,6 +17,7 @@ from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
+from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import registered_class
@@ -35,7 +35,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(keras.Model):
+class Task(ValidatesInputs, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
@@ -50,6 +50,10 @@ class Task(keras.Model):
         super().__init__(*args, **kwargs)
         self.backbone = backbone
         self.preprocessor = preprocessor
+
+    def validate_inputs(self, inputs):
+        """Checks concrete inputs; by default, the backbone's checks."""
+        self.backbone.validate_inputs(inputs)
 
     def default_compile_arguments(self):
         """`{"optimizer", "loss", "metrics"}` used for any `"auto"` argument."""
@@ -78,10 +82,10 @@ class Task(keras.Model):
                 sample_weight,
                 batch_size=batch_size or DEFAULT_BATCH_SIZE,
                 shuffle=shuffle,
+                validate=self.validate_inputs,
             )
             return batches, None, None, None
-        if isinstance(x, dict) and all(backend_support.is_concrete(v) for v in x.values()):
-            self.backbone.validate_inputs(x)
+        self._validate_if_concrete(x)
         return x, y, sample_weight, batch_size
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None, **kwargs):

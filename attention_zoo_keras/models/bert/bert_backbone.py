@@ -13,8 +13,8 @@ from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
-from attention_zoo_keras.models.backbone import check_sequence_length
-from attention_zoo_keras.models.backbone import check_token_ids
+from attention_zoo_keras.models.input_validation import check_id_range
+from attention_zoo_keras.models.input_validation import check_sequence_length
 from attention_zoo_keras.registration import register
 
 
@@ -147,9 +147,9 @@ class BertBackbone(Backbone):
     def validate_inputs(self, inputs):
         token_ids = inputs["token_ids"]
         check_sequence_length("token_ids", token_ids, self.max_sequence_length)
-        check_token_ids("token_ids", token_ids, self.vocabulary_size)
+        check_id_range("token_ids", token_ids, self.vocabulary_size)
         if "segment_ids" in inputs:
-            check_token_ids("segment_ids", inputs["segment_ids"], self.num_segments)
+            check_id_range("segment_ids", inputs["segment_ids"], self.num_segments)
 
     def get_config(self):
         config = super().get_config()

@@ -1,10 +1,12 @@
 """BERT with its masked-language-model head, for (continued) pretraining."""
 
 import keras
+import numpy as np
 
 from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_masked_lm_preprocessor import BertMaskedLMPreprocessor
+from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.registration import register
 
@@ -44,6 +46,11 @@ class BertMaskedLM(Task):
         logits = head(sequence_output, inputs["mask_positions"])
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.mlm_head = head
+
+    def validate_inputs(self, inputs):
+        super().validate_inputs(inputs)
+        if "mask_positions" in inputs:
+            check_id_range("mask_positions", inputs["mask_positions"], np.shape(inputs["token_ids"])[-1])
 
     def default_compile_arguments(self):
         return {

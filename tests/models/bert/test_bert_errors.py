@@ -370,6 +370,14 @@ def test_out_of_range_ids_called_on_the_backbone(key, value, message):
         backbone(tensors)
 
 
+@pytest.mark.parametrize("key, value, message", OUT_OF_RANGE[:1] + OUT_OF_RANGE[3:4])
+def test_out_of_range_ids_given_as_python_lists(key, value, message):
+    # Plain lists count as concrete inputs, so they are checked like arrays.
+    lists = {k: v.tolist() for k, v in _features(**{key: value}).items()}
+    with pytest.raises(ValueError, match=message):
+        _backbone()(lists)
+
+
 @pytest.mark.parametrize("key, value, message", OUT_OF_RANGE)
 def test_out_of_range_ids_predicted_by_a_task(key, value, message):
     classifier = _classifier()
@@ -450,6 +458,15 @@ def test_raw_text_padded_beyond_the_model_maximum_length_is_refused():
         classifier.predict([LONG_TEXT], verbose=0)
 
 
+def test_raw_text_with_ids_beyond_the_model_vocabulary_is_refused():
+    # The tokenizer knows 15 tokens, the model only 10: raw text must not
+    # reach the embedding gather with ids 10..14 (silently NaN on JAX).
+    preprocessor = BertPreprocessor(_tokenizer(), sequence_length=8)
+    classifier = BertTextClassifier(_backbone(vocabulary_size=10), num_classes=2, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match=r"'token_ids' holds the id 1[0-4], outside the valid range \[0, 10\)"):
+        classifier.predict(["the great film"], verbose=0)
+
+
 # --- saving ------------------------------------------------------------------------
 
 
@@ -467,7 +484,7 @@ def test_interrupted_save_keeps_the_previous_preset(tmp_path, monkeypatch, step,
     directory = tmp_path / "presets" / "classifier"
     first = _classifier(num_classes=2)
     first.save_to_preset(directory)
-    expected = first.predict(TEXTS, verbose=0)
+    expected = _numpy(first(first.preprocessor(TEXTS)))
     files_before = sorted(p.name for p in directory.iterdir())
 
     monkeypatch.setattr(preset_format, step, _fail_after(getattr(preset_format, step), exception))
@@ -480,7 +497,7 @@ def test_interrupted_save_keeps_the_previous_preset(tmp_path, monkeypatch, step,
     assert sorted(p.name for p in directory.iterdir()) == files_before
     loaded = BertTextClassifier.from_preset(directory)
     assert loaded.num_classes == 2 and loaded.backbone.intermediate_dim == 16
-    np.testing.assert_allclose(loaded.predict(TEXTS, verbose=0), expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(_numpy(loaded(loaded.preprocessor(TEXTS))), expected, atol=1e-6, rtol=0)
 
 
 def test_interrupted_first_save_leaves_nothing(tmp_path, monkeypatch):
