@@ -81,3 +81,30 @@ def fused_attention_kernel():
     if backend == "tensorflow":
         return f"keras tensorflow dot_product_attention ({device}, xla-fusable)"
     return "keras.ops.dot_product_attention"
+
+
+def fused_attention_with_dropout():
+    """A fused kernel that also drops out attention probabilities, or `None`.
+
+    `keras.ops.dot_product_attention` takes no dropout, so training with
+    attention dropout would otherwise need the unfused path. PyTorch's
+    `scaled_dot_product_attention` applies dropout inside the kernel (with
+    torch's own random generator, which `keras.utils.set_random_seed` seeds).
+    The returned function takes `(query, key, value, mask, scale,
+    dropout_rate)` with `(batch, length, heads, head_dim)` tensors and a
+    boolean mask broadcastable to `(batch, heads, query_length, key_length)`.
+    """
+    if backend_name() != "torch":
+        return None
+    import torch
+
+    def attend(query, key, value, mask, scale, dropout_rate):
+        query, key, value = (torch.transpose(keras.ops.convert_to_tensor(t), 1, 2) for t in (query, key, value))
+        if mask is not None:
+            mask = keras.ops.convert_to_tensor(mask, dtype="bool")
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_rate, scale=scale
+        )
+        return torch.transpose(output, 1, 2)
+
+    return attend

@@ -9,8 +9,9 @@ where `M` is 0 where a query may attend to a key and −∞ where it may not
 When attention dropout is inactive this calls `keras.ops.dot_product_attention`,
 which each backend implements with its fused kernel (`jax.nn.dot_product_attention`,
 `torch.nn.functional.scaled_dot_product_attention`, flash attention on GPU for
-half precision). Dropout on the attention probabilities needs the probabilities
-themselves, so training with attention dropout takes the explicit einsum path.
+half precision). Training with attention dropout uses PyTorch's fused kernel
+with dropout on torch; JAX and TensorFlow have none, so there the explicit
+einsum path computes the probabilities and drops them out.
 """
 
 import math
@@ -18,6 +19,7 @@ import math
 from keras import ops
 from keras import random
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention.registry import register_mechanism
 
 
@@ -85,10 +87,13 @@ def softmax_attention(
     if key_length is None:
         key_length = ops.shape(key)[1]
     mask = _combined_mask(attention_mask, is_causal, query_length, key_length)
+    if mask is not None:
+        mask = ops.cast(mask, "bool")
     if not (training and dropout_rate > 0.0):
-        if mask is not None:
-            mask = ops.cast(mask, "bool")
         return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+    fused_with_dropout = backend_support.fused_attention_with_dropout()
+    if fused_with_dropout is not None:
+        return fused_with_dropout(query, key, value, mask, scale, dropout_rate)
 
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])

@@ -73,12 +73,13 @@ def test_inference_uses_fused_kernel(qkv, monkeypatch):
     attention.softmax_attention(*qkv, dropout_rate=0.5, training=False)
     assert len(calls) == 1
     attention.softmax_attention(*qkv, dropout_rate=0.5, training=True, seed_generator=keras.random.SeedGenerator(1))
-    assert len(calls) == 1, "attention dropout needs the probabilities: the einsum path must run"
+    assert len(calls) == 1, "attention dropout: torch's fused kernel with dropout, or the einsum path"
 
 
-def test_einsum_path_without_dropout_equals_fused(qkv):
-    """A negligible dropout rate forces the einsum path, which must agree with
-    the fused kernel on every mask combination."""
+def test_dropout_path_at_negligible_rate_equals_inference_path(qkv):
+    """A negligible dropout rate takes the training path (torch's fused kernel
+    with dropout, or the einsum path), which must agree with the inference
+    kernel under padding and causal masks."""
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)[:, None, None, :]
     fused = keras.ops.convert_to_numpy(attention.softmax_attention(*qkv, attention_mask=mask, is_causal=True))
     explicit = keras.ops.convert_to_numpy(
@@ -102,3 +103,20 @@ def test_registry_lookup_and_unknown_name():
     assert "softmax" in attention.mechanism_names()
     with pytest.raises(ValueError, match="Unknown attention mechanism 'sofmax'.*softmax"):
         attention.get_mechanism("sofmax")
+
+
+def test_dropout_is_inverted_and_only_drops_probabilities():
+    """E[output] is unchanged by dropout (kept probabilities are scaled by
+    1/(1-rate)): with all-ones values each output is Σ kept p/(1-rate)."""
+    rng = np.random.default_rng(0)
+    query = rng.standard_normal((4, 64, 8, 4)).astype("float32")
+    key = rng.standard_normal((4, 64, 8, 4)).astype("float32")
+    value = np.ones((4, 64, 8, 4), "float32")
+    keras.utils.set_random_seed(0)
+    out = keras.ops.convert_to_numpy(
+        attention.softmax_attention(
+            query, key, value, dropout_rate=0.25, training=True, seed_generator=keras.random.SeedGenerator(0)
+        )
+    )
+    assert abs(out.mean() - 1.0) < 0.01
+    assert out.std() > 0.05  # not the identity: probabilities were dropped
