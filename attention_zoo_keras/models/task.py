@@ -73,7 +73,8 @@ class Task(ValidatesInputs, keras.Model):
     # --- raw inputs -------------------------------------------------------
 
     def _as_dataset(self, x, y, sample_weight, batch_size, shuffle):
-        """Raw inputs become preprocessed batches; feature dicts are checked."""
+        """Raw inputs become preprocessed batches (checked batch by batch);
+        anything else is returned as is (`ValidatesInputs` checks feature dicts)."""
         if self.preprocessor is not None and self.preprocessor.is_raw(x):
             batches = PreprocessedBatches(
                 self.preprocessor,
@@ -85,7 +86,6 @@ class Task(ValidatesInputs, keras.Model):
                 validate=self.validate_inputs,
             )
             return batches, None, None, None
-        self._validate_if_concrete(x)
         return x, y, sample_weight, batch_size
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None, **kwargs):
