@@ -139,3 +139,15 @@ def test_real_minilm_sentence_embeddings_and_token_ids(minilm_dir):
     assert normalized.pooling == "mean" and normalized.normalize  # read from modules.json
     expected = mean_pooled / np.linalg.norm(mean_pooled, axis=-1, keepdims=True)
     np.testing.assert_allclose(normalized.predict(sentences, verbose=0), expected, atol=ATOL)
+
+
+def test_sharded_transformers_checkpoint(tiny_bert_checkpoints, tmp_path):
+    """`save_pretrained(max_shard_size=...)` writes shards and an index; they
+    load to the same model as the single file."""
+    reference = transformers.BertForSequenceClassification.from_pretrained(tiny_bert_checkpoints["classifier"])
+    reference.save_pretrained(tmp_path, max_shard_size="30KB")
+    transformers.AutoTokenizer.from_pretrained(tiny_bert_checkpoints["classifier"]).save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors.index.json").exists() and not (tmp_path / "model.safetensors").exists()
+    sharded = azk.models.BertTextClassifier.from_preset(str(tmp_path))
+    single = azk.models.BertTextClassifier.from_preset(str(tiny_bert_checkpoints["classifier"]))
+    np.testing.assert_array_equal(sharded.predict(SENTENCES, verbose=0), single.predict(SENTENCES, verbose=0))
