@@ -9,8 +9,10 @@ Nothing here unpickles: safetensors only.
 
 import json
 import re
+import struct
 
 import keras
+import ml_dtypes
 import numpy as np
 from safetensors import SafetensorError
 from safetensors import safe_open
@@ -124,11 +126,33 @@ class Checkpoint:
         filename = self._file_of_key[key]
         try:
             return self._handle(filename).get_tensor(key)
+        except TypeError:  # a dtype numpy lacks, such as bfloat16
+            return read_tensor_with_ml_dtypes(self.source.require(filename), key)
         except (SafetensorError, OSError, ValueError) as error:
             raise PresetFileError(
                 f"Tensor '{key}' in '{filename}' of preset '{self.source.description}' "
                 f"cannot be read ({error})."
             ) from error
+
+
+ML_DTYPES = {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2}
+
+
+def read_tensor_with_ml_dtypes(path, key):
+    """Reads tensor `key` of a safetensors file whose dtype numpy lacks.
+
+    The format is an 8-byte little-endian header length, a JSON header giving
+    each tensor's dtype, shape and byte range, then the data.
+    """
+    with open(path, "rb") as file:
+        (header_length,) = struct.unpack("<Q", file.read(8))
+        entry = json.loads(file.read(header_length))[key]
+        if entry["dtype"] not in ML_DTYPES:
+            raise PresetFileError(f"Tensor '{key}' in '{path}' has the unsupported dtype {entry['dtype']}.")
+        start, end = entry["data_offsets"]
+        file.seek(8 + header_length + start)
+        data = file.read(end - start)
+    return np.frombuffer(data, dtype=ML_DTYPES[entry["dtype"]]).reshape(entry["shape"])
 
 
 def assign_weights(variables, arrays, source_description, optional_keys=()):

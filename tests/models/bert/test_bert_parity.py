@@ -151,3 +151,17 @@ def test_sharded_transformers_checkpoint(tiny_bert_checkpoints, tmp_path):
     sharded = azk.models.BertTextClassifier.from_preset(str(tmp_path))
     single = azk.models.BertTextClassifier.from_preset(str(tiny_bert_checkpoints["classifier"]))
     np.testing.assert_array_equal(sharded.predict(SENTENCES, verbose=0), single.predict(SENTENCES, verbose=0))
+
+
+def test_bfloat16_transformers_checkpoint(tiny_bert_checkpoints, tmp_path):
+    """bfloat16 safetensors (which numpy cannot read natively) load exactly:
+    our float32 model equals transformers' bf16 weights upcast to float32."""
+    model = transformers.BertModel.from_pretrained(tiny_bert_checkpoints["model"]).to(torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(tiny_bert_checkpoints["model"]).save_pretrained(tmp_path)
+    reference = model.float().eval()
+    encoded = hf_inputs(tmp_path, SENTENCES)
+    with torch.no_grad():
+        expected = reference(**encoded).last_hidden_state.numpy()
+    ours = azk.models.BertBackbone.from_preset(str(tmp_path))(our_inputs(encoded))["sequence_output"]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(ours), expected, atol=ATOL)

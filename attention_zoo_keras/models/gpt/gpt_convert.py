@@ -1,0 +1,115 @@
+"""Converts Hugging Face `transformers` GPT-2 checkpoints (`GPT2Model`, and
+`GPT2LMHeadModel` with its `transformer.` prefix and tied `lm_head`).
+
+GPT-2 uses `Conv1D` layers, whose weights are stored `(in, out)` — already
+Keras `Dense` kernels, so unlike `nn.Linear` they are *not* transposed. The
+query, key and value projections are fused in `attn.c_attn`, concatenated
+along the output dimension in that order.
+"""
+
+import logging
+
+import numpy as np
+
+from attention_zoo_keras.hub.converters import TransformersConverter
+from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.layers.activations import get_activation
+from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
+from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def _conv1d(arrays, ours, theirs, checkpoint):
+    arrays[f"{ours}/kernel"] = checkpoint[f"{theirs}.weight"]
+    arrays[f"{ours}/bias"] = checkpoint[f"{theirs}.bias"]
+
+
+def _layer_norm(arrays, ours, theirs, checkpoint):
+    arrays[f"{ours}/gamma"] = checkpoint[f"{theirs}.weight"]
+    arrays[f"{ours}/beta"] = checkpoint[f"{theirs}.bias"]
+
+
+def _check_supported(hf_config):
+    """Raises for GPT-2 variants this backbone does not compute."""
+    problems = []
+    if not hf_config.get("scale_attn_weights", True):
+        problems.append("'scale_attn_weights' is false (attention scores are not divided by √head_dim)")
+    if hf_config.get("scale_attn_by_inverse_layer_idx", False):
+        problems.append("'scale_attn_by_inverse_layer_idx' is true (scores are also divided by the layer index)")
+    if hf_config.get("add_cross_attention", False):
+        problems.append("'add_cross_attention' is true (blocks have encoder-decoder attention)")
+    if not hf_config.get("tie_word_embeddings", True):
+        problems.append("'tie_word_embeddings' is false (the LM head is not the token embedding)")
+    activation = hf_config.get("activation_function", "gelu_new")
+    try:
+        get_activation(activation)
+    except ValueError:
+        problems.append(f"'activation_function' is '{activation}', an activation this library lacks")
+    if problems:
+        raise ValueError("This GPT-2 checkpoint cannot be converted: " + "; ".join(problems) + ".")
+    if hf_config.get("reorder_and_upcast_attn", False):
+        # Only changes the order and precision of the score computation (it upcasts
+        # to float32); the result is the same function.
+        logger.info("'reorder_and_upcast_attn' is ignored: attention is computed the usual way.")
+
+
+class GPTConverter(TransformersConverter):
+    model_type = "gpt2"
+    backbone_cls = GPTBackbone
+
+    def backbone_config(self, hf_config):
+        _check_supported(hf_config)
+        hidden_dim = hf_config.get("n_embd", 768)
+        return {
+            "vocabulary_size": hf_config.get("vocab_size", 50257),
+            "num_layers": hf_config.get("n_layer", 12),
+            "num_heads": hf_config.get("n_head", 12),
+            "hidden_dim": hidden_dim,
+            "intermediate_dim": hf_config.get("n_inner") or 4 * hidden_dim,
+            "dropout": hf_config.get("resid_pdrop", 0.1),
+            "attention_dropout": hf_config.get("attn_pdrop", 0.1),
+            "max_sequence_length": hf_config.get("n_positions", 1024),
+            "activation": hf_config.get("activation_function", "gelu_new"),
+            "layer_norm_epsilon": hf_config.get("layer_norm_epsilon", 1e-5),
+            "initializer_range": hf_config.get("initializer_range", 0.02),
+        }
+
+    def weights(self, hf_config, checkpoint):
+        prefix = "transformer." if "transformer.wte.weight" in checkpoint else ""
+        if f"{prefix}wte.weight" not in checkpoint:
+            raise ValueError(
+                "This checkpoint has no 'wte.weight' (with or without the 'transformer.' "
+                "prefix); it is not a GPT-2 checkpoint."
+            )
+        arrays = {
+            "token_embedding/embeddings": checkpoint[f"{prefix}wte.weight"],
+            "position_embedding/embeddings": checkpoint[f"{prefix}wpe.weight"],
+        }
+        for index in range(hf_config.get("n_layer", 12)):
+            theirs = f"{prefix}h.{index}"
+            ours = f"transformer_layer_{index}"
+            _layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.ln_1", checkpoint)
+            kernel = np.asarray(checkpoint[f"{theirs}.attn.c_attn.weight"])
+            bias = np.asarray(checkpoint[f"{theirs}.attn.c_attn.bias"])
+            for name, k, b in zip(("query", "key", "value"), np.split(kernel, 3, axis=-1), np.split(bias, 3)):
+                arrays[f"{ours}/self_attention/{name}/kernel"] = k
+                arrays[f"{ours}/self_attention/{name}/bias"] = b
+            _conv1d(arrays, f"{ours}/self_attention/output", f"{theirs}.attn.c_proj", checkpoint)
+            _layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.ln_2", checkpoint)
+            _conv1d(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.mlp.c_fc", checkpoint)
+            _conv1d(arrays, f"{ours}/feed_forward/output", f"{theirs}.mlp.c_proj", checkpoint)
+        _layer_norm(arrays, "final_norm", f"{prefix}ln_f", checkpoint)
+        return arrays
+
+    def tokenizer(self, source, hf_config):
+        tokenizer_json = source.file("tokenizer.json")
+        if tokenizer_json is not None:
+            return GPTTokenizer.from_file(tokenizer_json)
+        return GPTTokenizer.from_vocabulary(source.require("vocab.json"), source.require("merges.txt"))
+
+    def preprocessor_config(self, source, hf_config):
+        return {"sequence_length": hf_config.get("n_positions", 1024)}
+
+
+register_converter(GPTConverter())
