@@ -128,3 +128,21 @@ def test_preset_saved_under_another_backend_loads_with_the_same_outputs(tmp_path
     assert json.loads((tmp_path / "preset" / "metadata.json").read_text())["saved_with_backend"] == other
     reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
     np.testing.assert_allclose(reloaded.predict(TEXTS, verbose=0), np.load(tmp_path / "expected.npy"), atol=1e-5)
+
+
+def test_dtype_policy_survives_the_round_trip(tmp_path):
+    backbone = azk.models.BertBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8, dtype="bfloat16",
+    )
+    assert {v.dtype for v in backbone.weights} == {"bfloat16"}
+    backbone.save_to_preset(tmp_path)
+    reloaded = azk.models.BertBackbone.from_preset(str(tmp_path))
+    assert {v.dtype for v in reloaded.weights} == {"bfloat16"}
+    for ours, theirs in zip(reloaded.weights, backbone.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(keras.ops.cast(ours, "float32")),
+            keras.ops.convert_to_numpy(keras.ops.cast(theirs, "float32")),
+        )
+    as_float32 = azk.models.BertBackbone.from_preset(str(tmp_path), dtype="float32")
+    assert {v.dtype for v in as_float32.weights} == {"float32"}
