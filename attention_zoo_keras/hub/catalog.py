@@ -56,19 +56,31 @@ def list_presets(family=None):
     }
 
 
-def get_preset(name):
+def get_preset(name, family=None):
     """The catalog entry of the preset called `name`.
 
+    Args:
+        name: the preset's name.
+        family: if given, the preset must belong to this model family.
+
     Raises:
-        UnknownPresetError: listing the closest known names.
+        UnknownPresetError: listing the closest known names (of `family`,
+            when given), or saying which family a preset of another belongs to.
     """
     catalog = _catalog()
+    candidates = sorted(n for n, entry in catalog.items() if family is None or entry["family"] == family)
+    if name in catalog and name not in candidates:
+        raise UnknownPresetError(
+            f"Preset '{name}' is a {catalog[name]['family']} model, not {family}; "
+            f"{family} presets: {', '.join(candidates)}."
+        )
     if name not in catalog:
-        close = difflib.get_close_matches(name, list(catalog), n=4, cutoff=0.5)
+        close = difflib.get_close_matches(name, candidates, n=4, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        kind = f"{family} " if family else ""
         raise UnknownPresetError(
             f"Unknown preset '{name}'.{hint} A preset is a known name, "
-            "'hf://org/repo[@revision]' or a local directory; known names: "
-            f"{', '.join(sorted(catalog))}."
+            f"'hf://org/repo[@revision]' or a local directory; known {kind}names: "
+            f"{', '.join(candidates)}."
         )
     return dict(catalog[name])

@@ -7,6 +7,26 @@ library's variable keys, and builds the tokenizer and preprocessor settings.
 """
 
 
+def copy_dense(arrays, ours, theirs, checkpoint, transpose=True):
+    """`arrays[ours/kernel, ours/bias]` from a torch layer `theirs`.
+
+    torch `nn.Linear` stores `(out, in)` and is transposed into a Keras kernel
+    `(in, out)`; GPT-2's `Conv1D` already stores `(in, out)` (`transpose=False`).
+    """
+    weight = checkpoint[f"{theirs}.weight"]
+    arrays[f"{ours}/kernel"] = weight.T if transpose else weight
+    arrays[f"{ours}/bias"] = checkpoint[f"{theirs}.bias"]
+
+
+def copy_layer_norm(arrays, ours, theirs, checkpoint):
+    """`arrays[ours/gamma, ours/beta]` from a torch `LayerNorm` (very old
+    checkpoints name its parameters `gamma` / `beta`)."""
+    weight = f"{theirs}.weight" if f"{theirs}.weight" in checkpoint else f"{theirs}.gamma"
+    bias = f"{theirs}.bias" if f"{theirs}.bias" in checkpoint else f"{theirs}.beta"
+    arrays[f"{ours}/gamma"] = checkpoint[weight]
+    arrays[f"{ours}/beta"] = checkpoint[bias]
+
+
 class TransformersConverter:
     """What a family implements to load `transformers` checkpoints.
 

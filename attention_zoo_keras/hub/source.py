@@ -39,6 +39,7 @@ class PresetSource:
         handle: a named preset (`"bert_base"`), `"hf://org/repo"` with an
             optional `"@revision"`, a local directory, or another
             `PresetSource` (returned as is by `PresetSource.of`).
+        family: the model family a named preset must belong to, if any.
 
     Example:
 
@@ -47,7 +48,7 @@ class PresetSource:
     PosixPath('.../snapshots/.../config.json')
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle, family=None):
         self.handle = str(handle)
         self.preset_name = None
         self.directory = None
@@ -56,7 +57,7 @@ class PresetSource:
         location = self.handle
         if not location.startswith(HF_PREFIX) and not self._looks_like_path(location):
             self.preset_name = location
-            location = get_preset(location)["source"]
+            location = get_preset(location, family=family)["source"]
         if location.startswith(HF_PREFIX):
             self.repo_id, self.revision = _parse_hf_handle(location)
         else:
@@ -75,9 +76,9 @@ class PresetSource:
         )
 
     @classmethod
-    def of(cls, handle):
+    def of(cls, handle, family=None):
         """`handle` if it is already a `PresetSource`, else a new one."""
-        return handle if isinstance(handle, PresetSource) else cls(handle)
+        return handle if isinstance(handle, PresetSource) else cls(handle, family=family)
 
     def __repr__(self):
         return f"PresetSource({self.handle!r})"

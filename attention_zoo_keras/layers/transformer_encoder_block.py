@@ -91,8 +91,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="feed_forward",
         )
-        self.attention_output_dropout = keras.layers.Dropout(dropout, name="attention_output_dropout")
-        self.feed_forward_dropout = keras.layers.Dropout(dropout, name="feed_forward_dropout")
+        self.attention_output_dropout = keras.layers.Dropout(
+            dropout, dtype=self.dtype_policy, name="attention_output_dropout"
+        )
+        self.feed_forward_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="feed_forward_dropout")
         self.self_attention = None
 
     def build(self, input_shape):

@@ -8,5 +8,9 @@ from attention_zoo_keras.models.bert import BertPreprocessor
 from attention_zoo_keras.models.bert import BertTextClassifier
 from attention_zoo_keras.models.bert import BertTextEmbedder
 from attention_zoo_keras.models.bert import BertTokenizer
+from attention_zoo_keras.models.gpt import GPTBackbone
+from attention_zoo_keras.models.gpt import GPTCausalLM
+from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.gpt import GPTTokenizer
 from attention_zoo_keras.models.preprocessor import Preprocessor
 from attention_zoo_keras.models.task import Task

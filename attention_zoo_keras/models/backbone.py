@@ -46,16 +46,27 @@ def backbone_config_of(config, source_description):
 class Backbone(ValidatesInputs, keras.Model):
     """A model family's network without a task head.
 
-    Subclasses build a functional graph in `__init__`, set `family`, return
-    their constructor arguments from `get_config`, and check concrete inputs
-    in `validate_inputs`.
+    Subclasses build a functional graph in `__init__` (every layer named, so
+    variable paths are stable checkpoint keys; every layer given `dtype`),
+    pass `dtype` on to `Backbone.__init__`, set `family`, add their
+    constructor arguments to `get_config`, and check concrete inputs in
+    `validate_inputs`.
     """
 
     family = None
     presets = PresetsOfFamily()
 
+    def __init__(self, *args, dtype=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if dtype is not None:  # functional models ignore a `dtype` argument
+            self.dtype_policy = dtype
+
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable}
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -76,7 +87,7 @@ class Backbone(ValidatesInputs, keras.Model):
 
         >>> backbone = BertBackbone.from_preset("bert_base")   # doctest: +SKIP
         """
-        source = PresetSource.of(preset)
+        source = PresetSource.of(preset, family=cls.family)
         backbone, optional_keys = cls._build_from_source(source, **kwargs)
         if load_weights:
             backbone.assign_arrays(load_arrays(source), source.description, optional_keys)

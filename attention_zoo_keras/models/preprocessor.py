@@ -20,11 +20,12 @@ class Preprocessor:
 
     Called as `preprocessor(x, y=None, sample_weight=None)`, it returns what
     Keras expects from a dataset: `x`, `(x, y)` or `(x, y, sample_weight)`.
-    Subclasses set `tokenizer_cls` and implement `__call__`, `is_raw`,
+    Subclasses set `tokenizer_cls` and `family` and implement `__call__`, `is_raw`,
     `num_examples` and `get_config`.
     """
 
     tokenizer_cls = None
+    family = None
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -62,7 +63,7 @@ class Preprocessor:
         (say a classifier's, loaded for masked-LM pretraining) are reused
         where this class accepts them.
         """
-        source = PresetSource.of(preset)
+        source = PresetSource.of(preset, family=cls.family)
         config = source.config()
         if not is_native(config):
             converter = converter_for(config, source.description)

@@ -146,7 +146,7 @@ class Task(ValidatesInputs, keras.Model):
         A head whose weights are absent from the preset (e.g. a classifier on
         a pretrained encoder) starts from its initializer.
         """
-        source = PresetSource.of(preset)
+        source = PresetSource.of(preset, family=cls.backbone_cls.family)
         backbone_overrides = {"dtype": kwargs["dtype"]} if "dtype" in kwargs else {}
         backbone, optional_keys = cls.backbone_cls._build_from_source(source, **backbone_overrides)
         if preprocessor == "auto":

@@ -79,3 +79,10 @@ def test_multi_head_attention_cross_attention_shapes():
 def test_unknown_mechanism_is_rejected_at_construction():
     with pytest.raises(ValueError, match="Unknown attention mechanism"):
         MultiHeadAttention(num_heads=2, head_dim=4, attention="nope")
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_bfloat16_block_computes_in_bfloat16(norm_first):
+    block = TransformerEncoderBlock(2, 16, norm_first=norm_first, dropout=0.1, dtype="bfloat16")
+    out = block(np.ones((1, 3, 8), "float32"), attention_mask=np.ones((1, 1, 3), bool))
+    assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"

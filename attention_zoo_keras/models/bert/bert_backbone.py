@@ -126,10 +126,9 @@ class BertBackbone(Backbone):
         super().__init__(
             inputs={"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
             outputs={"sequence_output": x, "pooled_output": pooled},
+            dtype=dtype,
             **kwargs,
         )
-        if dtype is not None:  # functional models ignore a `dtype` argument
-            self.dtype_policy = dtype
         self.token_embedding = token_embedding
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
@@ -169,7 +168,6 @@ class BertBackbone(Backbone):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "attention": self.attention,
                 "initializer_range": self.initializer_range,
-                "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             }
         )
         return config

@@ -7,6 +7,8 @@ torch `nn.Linear` stores weights as `(out, in)`; Keras `Dense` kernels are
 """
 
 from attention_zoo_keras.hub.converters import TransformersConverter
+from attention_zoo_keras.hub.converters import copy_dense
+from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_text_classifier import BertTextClassifier
@@ -15,19 +17,6 @@ from attention_zoo_keras.models.bert.bert_tokenizer import BertTokenizer
 
 POOLER_KEYS = frozenset({"pooler/kernel", "pooler/bias"})
 SENTENCE_TRANSFORMERS_NORMALIZE = "sentence_transformers.models.Normalize"
-
-
-def _linear(arrays, ours, theirs, checkpoint):
-    arrays[f"{ours}/kernel"] = checkpoint[f"{theirs}.weight"].T
-    arrays[f"{ours}/bias"] = checkpoint[f"{theirs}.bias"]
-
-
-def _layer_norm(arrays, ours, theirs, checkpoint):
-    # Very old checkpoints name LayerNorm parameters gamma/beta.
-    weight = f"{theirs}.weight" if f"{theirs}.weight" in checkpoint else f"{theirs}.gamma"
-    bias = f"{theirs}.bias" if f"{theirs}.bias" in checkpoint else f"{theirs}.beta"
-    arrays[f"{ours}/gamma"] = checkpoint[weight]
-    arrays[f"{ours}/beta"] = checkpoint[bias]
 
 
 class BertConverter(TransformersConverter):
@@ -68,26 +57,26 @@ class BertConverter(TransformersConverter):
         arrays["token_embedding/embeddings"] = checkpoint[f"{embeddings}.word_embeddings.weight"]
         arrays["position_embedding/embeddings"] = checkpoint[f"{embeddings}.position_embeddings.weight"]
         arrays["segment_embedding/embeddings"] = checkpoint[f"{embeddings}.token_type_embeddings.weight"]
-        _layer_norm(arrays, "embeddings_norm", f"{embeddings}.LayerNorm", checkpoint)
+        copy_layer_norm(arrays, "embeddings_norm", f"{embeddings}.LayerNorm", checkpoint)
         for index in range(hf_config["num_hidden_layers"]):
             theirs = f"{prefix}encoder.layer.{index}"
             ours = f"transformer_layer_{index}"
             for projection in ("query", "key", "value"):
-                _linear(arrays, f"{ours}/self_attention/{projection}", f"{theirs}.attention.self.{projection}", checkpoint)
-            _linear(arrays, f"{ours}/self_attention/output", f"{theirs}.attention.output.dense", checkpoint)
-            _layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.attention.output.LayerNorm", checkpoint)
-            _linear(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.intermediate.dense", checkpoint)
-            _linear(arrays, f"{ours}/feed_forward/output", f"{theirs}.output.dense", checkpoint)
-            _layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.output.LayerNorm", checkpoint)
+                copy_dense(arrays, f"{ours}/self_attention/{projection}", f"{theirs}.attention.self.{projection}", checkpoint)
+            copy_dense(arrays, f"{ours}/self_attention/output", f"{theirs}.attention.output.dense", checkpoint)
+            copy_layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.attention.output.LayerNorm", checkpoint)
+            copy_dense(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.intermediate.dense", checkpoint)
+            copy_dense(arrays, f"{ours}/feed_forward/output", f"{theirs}.output.dense", checkpoint)
+            copy_layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.output.LayerNorm", checkpoint)
         if f"{prefix}pooler.dense.weight" in checkpoint:
-            _linear(arrays, "pooler", f"{prefix}pooler.dense", checkpoint)
+            copy_dense(arrays, "pooler", f"{prefix}pooler.dense", checkpoint)
         if "cls.predictions.transform.dense.weight" in checkpoint:
-            _linear(arrays, "mlm_head/transform", "cls.predictions.transform.dense", checkpoint)
-            _layer_norm(arrays, "mlm_head/transform_norm", "cls.predictions.transform.LayerNorm", checkpoint)
+            copy_dense(arrays, "mlm_head/transform", "cls.predictions.transform.dense", checkpoint)
+            copy_layer_norm(arrays, "mlm_head/transform_norm", "cls.predictions.transform.LayerNorm", checkpoint)
             bias = "cls.predictions.bias" if "cls.predictions.bias" in checkpoint else "cls.predictions.decoder.bias"
             arrays["mlm_head/output_bias"] = checkpoint[bias]
         if "classifier.weight" in checkpoint:
-            _linear(arrays, "classifier", "classifier", checkpoint)
+            copy_dense(arrays, "classifier", "classifier", checkpoint)
         return arrays
 
     def task_config(self, task_cls, source, hf_config):

@@ -46,6 +46,7 @@ class BertPreprocessor(TextPreprocessor):
     """
 
     tokenizer_cls = BertTokenizer
+    family = "bert"
 
     def __init__(self, tokenizer, sequence_length=512):
         super().__init__(tokenizer)

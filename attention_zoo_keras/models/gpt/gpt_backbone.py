@@ -152,7 +152,6 @@ class GPTBackbone(Backbone):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "attention": self.attention,
                 "initializer_range": self.initializer_range,
-                "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             }
         )
         return config

@@ -12,22 +12,14 @@ import logging
 import numpy as np
 
 from attention_zoo_keras.hub.converters import TransformersConverter
+from attention_zoo_keras.hub.converters import copy_dense
+from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def _conv1d(arrays, ours, theirs, checkpoint):
-    arrays[f"{ours}/kernel"] = checkpoint[f"{theirs}.weight"]
-    arrays[f"{ours}/bias"] = checkpoint[f"{theirs}.bias"]
-
-
-def _layer_norm(arrays, ours, theirs, checkpoint):
-    arrays[f"{ours}/gamma"] = checkpoint[f"{theirs}.weight"]
-    arrays[f"{ours}/beta"] = checkpoint[f"{theirs}.bias"]
 
 
 def _check_supported(hf_config):
@@ -89,17 +81,17 @@ class GPTConverter(TransformersConverter):
         for index in range(hf_config.get("n_layer", 12)):
             theirs = f"{prefix}h.{index}"
             ours = f"transformer_layer_{index}"
-            _layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.ln_1", checkpoint)
+            copy_layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.ln_1", checkpoint)
             kernel = np.asarray(checkpoint[f"{theirs}.attn.c_attn.weight"])
             bias = np.asarray(checkpoint[f"{theirs}.attn.c_attn.bias"])
             for name, k, b in zip(("query", "key", "value"), np.split(kernel, 3, axis=-1), np.split(bias, 3)):
                 arrays[f"{ours}/self_attention/{name}/kernel"] = k
                 arrays[f"{ours}/self_attention/{name}/bias"] = b
-            _conv1d(arrays, f"{ours}/self_attention/output", f"{theirs}.attn.c_proj", checkpoint)
-            _layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.ln_2", checkpoint)
-            _conv1d(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.mlp.c_fc", checkpoint)
-            _conv1d(arrays, f"{ours}/feed_forward/output", f"{theirs}.mlp.c_proj", checkpoint)
-        _layer_norm(arrays, "final_norm", f"{prefix}ln_f", checkpoint)
+            copy_dense(arrays, f"{ours}/self_attention/output", f"{theirs}.attn.c_proj", checkpoint, transpose=False)
+            copy_layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.ln_2", checkpoint)
+            copy_dense(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.mlp.c_fc", checkpoint, transpose=False)
+            copy_dense(arrays, f"{ours}/feed_forward/output", f"{theirs}.mlp.c_proj", checkpoint, transpose=False)
+        copy_layer_norm(arrays, "final_norm", f"{prefix}ln_f", checkpoint)
         return arrays
 
     def tokenizer(self, source, hf_config):

@@ -46,6 +46,7 @@ class GPTCausalLMPreprocessor(TextPreprocessor):
     """
 
     tokenizer_cls = GPTTokenizer
+    family = "gpt"
 
     def __init__(self, tokenizer, sequence_length=1024, add_start_token=False, add_end_token=True):
         super().__init__(tokenizer)

@@ -120,7 +120,13 @@ def test_unknown_preset_name_lists_close_names(cls):
     with pytest.raises(UnknownPresetError, match=r"Unknown preset 'bert_bsae'\. Did you mean: bert_base\b") as info:
         cls.from_preset("bert_bsae")
     assert isinstance(info.value, ValueError)
-    assert "known names: bert_base, bert_large, bert_tiny, minilm_l6" in str(info.value)
+    assert "known bert names: bert_base, bert_large, bert_tiny, minilm_l6." in str(info.value)
+
+
+@pytest.mark.parametrize("cls", [BertBackbone, BertTextClassifier, BertPreprocessor])
+def test_preset_of_another_family_is_refused_before_any_download(cls):
+    with pytest.raises(UnknownPresetError, match=r"Preset 'gpt2' is a gpt model, not bert; bert presets: bert_base"):
+        cls.from_preset("gpt2")
 
 
 @pytest.mark.parametrize("handle", ["{tmp}/no_such_preset", "./no_such_preset_dir/sub", "~/no-such-azk-preset-dir", "a/b/c"])

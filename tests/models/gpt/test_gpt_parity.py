@@ -208,6 +208,35 @@ def test_out_of_range_ids_and_lengths_raise(tiny_gpt2_checkpoints):
         backbone({"token_ids": ids, "padding_mask": np.ones_like(ids)})
 
 
+def test_dtype_policy_survives_the_round_trip(tmp_path):
+    backbone = GPTBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8, dtype="bfloat16",
+    )
+    assert {v.dtype for v in backbone.weights} == {"bfloat16"}
+    backbone.save_to_preset(tmp_path)
+    reloaded = GPTBackbone.from_preset(str(tmp_path))
+    assert {v.dtype for v in reloaded.weights} == {"bfloat16"}
+    for ours, theirs in zip(reloaded.weights, backbone.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(keras.ops.cast(ours, "float32")),
+            keras.ops.convert_to_numpy(keras.ops.cast(theirs, "float32")),
+        )
+    as_float32 = GPTBackbone.from_preset(str(tmp_path), dtype="float32")
+    assert {v.dtype for v in as_float32.weights} == {"float32"}
+
+
+def test_bfloat16_forward_pass():
+    backbone = GPTBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8, dtype="bfloat16",
+    )
+    ids = np.array([[1, 2, 3, 0]], dtype="int32")
+    output = backbone({"token_ids": ids, "padding_mask": np.array([[1, 1, 1, 0]], dtype="int32")})
+    assert keras.backend.standardize_dtype(output["sequence_output"].dtype) == "bfloat16"
+
+
+@pytest.mark.slow
 def test_fit_lowers_the_loss_with_padding_weighted_zero(tiny_gpt2_checkpoints):
     keras.utils.set_random_seed(0)
     tokenizer = GPTTokenizer.from_file(tiny_gpt2_checkpoints["lm"] / "tokenizer.json")
