@@ -23,13 +23,16 @@ from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention.registry import register_mechanism
 
 
-def causal_mask(query_length, key_length):
+def causal_mask(query_length, key_length, offset=None):
     """Boolean `(query_length, key_length)`: query i sees keys j ≤ i + offset.
 
-    The offset `key_length − query_length` aligns the last query with the last
-    key, which is what incremental decoding with a key/value cache needs.
+    `offset` is the absolute position of the first query. It defaults to
+    `key_length − query_length`, aligning the last query with the last key;
+    decoding into a fixed-size key/value cache passes the write position.
     """
-    query_positions = ops.arange(query_length)[:, None] + (key_length - query_length)
+    if offset is None:
+        offset = key_length - query_length
+    query_positions = ops.arange(query_length)[:, None] + offset
     key_positions = ops.arange(key_length)[None, :]
     return query_positions >= key_positions
 

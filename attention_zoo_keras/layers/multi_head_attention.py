@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.attention import causal_mask
 from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.registration import register
 
@@ -34,6 +35,18 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: boolean `(batch, query_length or 1, key_length)`;
             `True` where a query may attend to a key.
         is_causal: also mask out later positions.
+        cache: optional key/value cache `(batch, 2, max_length, num_heads,
+            head_dim)` for incremental decoding (self-attention only). The
+            keys and values of `query` are written at `cache_update_index`
+            and the queries attend over the whole cache; `attention_mask`,
+            if given, is then `(batch, query_length or 1, max_length)` and
+            says which cache positions hold real keys. With `is_causal`,
+            query `i` sees cache positions `≤ cache_update_index + i`.
+        cache_update_index: position of the first new token in the cache.
+
+    Returns:
+        `(batch, query_length, output_dim)`; with a cache, the tuple
+        `(output, new_cache)`.
 
     Example:
 
@@ -93,12 +106,51 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
-    def call(self, query, value=None, attention_mask=None, is_causal=False, training=None):
-        value = query if value is None else value
+    def _update_cache(self, query, cache, cache_update_index, attention_mask, is_causal):
+        """Writes the new keys and values into `cache`; returns the keys, the
+        values, the mask over the cache and the updated cache."""
+        if cache_update_index is None:
+            raise ValueError("A key/value cache needs cache_update_index, the position of the first new token.")
+        key = ops.cast(self._split_heads(self.key_dense(query)), cache.dtype)
+        value = ops.cast(self._split_heads(self.value_dense(query)), cache.dtype)
+        start = [0, cache_update_index, 0, 0]
+        key_cache = ops.slice_update(cache[:, 0, ...], start, key)
+        value_cache = ops.slice_update(cache[:, 1, ...], start, value)
+        new_cache = ops.stack([key_cache, value_cache], axis=1)
+
+        query_length, max_length = ops.shape(query)[1], ops.shape(cache)[2]
+        mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+        if is_causal:
+            causal = causal_mask(query_length, max_length, offset=cache_update_index)[None, :, :]
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+        return key_cache, value_cache, mask, new_cache
+
+    def call(
+        self,
+        query,
+        value=None,
+        attention_mask=None,
+        is_causal=False,
+        training=None,
+        cache=None,
+        cache_update_index=None,
+    ):
+        new_cache = None
+        if cache is not None:
+            if value is not None:
+                raise ValueError("A key/value cache is only supported for self-attention (value=None).")
+            key, value, attention_mask, new_cache = self._update_cache(
+                query, cache, cache_update_index, attention_mask, is_causal
+            )
+            is_causal = False  # folded into the explicit mask, relative to absolute positions
+        else:
+            value = query if value is None else value
+            key = self._split_heads(self.key_dense(value))
+            value = self._split_heads(self.value_dense(value))
         attended = self._mechanism(
             self._split_heads(self.query_dense(query)),
-            self._split_heads(self.key_dense(value)),
-            self._split_heads(self.value_dense(value)),
+            key,
+            value,
             attention_mask=None if attention_mask is None else attention_mask[:, None, :, :],
             is_causal=is_causal,
             dropout_rate=self.dropout,
@@ -107,7 +159,10 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))
-        return self.output_dense(merged)
+        output = self.output_dense(merged)
+        if new_cache is not None:
+            return output, new_cache
+        return output
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)

@@ -39,7 +39,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     Call args:
         x: `(batch, length, hidden_dim)`.
-        attention_mask: boolean `(batch, 1 or length, length)`.
+        attention_mask: boolean `(batch, 1 or length, length)`; with a
+            cache, `(batch, 1 or length, max_length)` over cache positions.
+        cache: optional key/value cache `(batch, 2, max_length, num_heads,
+            head_dim)` of this block's self-attention (see
+            `MultiHeadAttention`); the block then returns `(y, new_cache)`.
+        cache_update_index: position of `x`'s first token in the cache.
 
     Example:
 
@@ -118,23 +123,38 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.feed_forward.build(input_shape)
         self.output_norm.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=None):
+    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
+        new_cache = []
+
         def attend(h):
-            return self.attention_output_dropout(
-                self.self_attention(
+            if cache is None:
+                attended = self.self_attention(
                     h, attention_mask=attention_mask, is_causal=self.is_causal, training=training
-                ),
-                training=training,
-            )
+                )
+            else:
+                attended, updated = self.self_attention(
+                    h,
+                    attention_mask=attention_mask,
+                    is_causal=self.is_causal,
+                    training=training,
+                    cache=cache,
+                    cache_update_index=cache_update_index,
+                )
+                new_cache.append(updated)
+            return self.attention_output_dropout(attended, training=training)
 
         def feed_forward(h):
             return self.feed_forward_dropout(self.feed_forward(h), training=training)
 
         if self.norm_first:
             x = x + attend(self.attention_norm(x))
-            return x + feed_forward(self.output_norm(x))
-        x = self.attention_norm(x + attend(x))
-        return self.output_norm(x + feed_forward(x))
+            y = x + feed_forward(self.output_norm(x))
+        else:
+            x = self.attention_norm(x + attend(x))
+            y = self.output_norm(x + feed_forward(x))
+        if cache is not None:
+            return y, new_cache[0]
+        return y
 
     def compute_output_shape(self, input_shape):
         return input_shape
