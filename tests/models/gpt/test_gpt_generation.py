@@ -50,6 +50,17 @@ def test_cached_logits_match_full_forward(lm):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(logits)[:, 0], full[:, index], atol=ATOL)
 
 
+def right_padded(encoded):
+    """`(token_ids, padding_mask)` of id lists, right-padded with 0."""
+    width = max(map(len, encoded))
+    token_ids = np.zeros((len(encoded), width), "int32")
+    padding_mask = np.zeros((len(encoded), width), "int32")
+    for row, ids in enumerate(encoded):
+        token_ids[row, : len(ids)] = ids
+        padding_mask[row, : len(ids)] = 1
+    return token_ids, padding_mask
+
+
 def _reference(path, prompts, max_new_tokens, eos_token_id=None):
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.GPT2LMHeadModel.from_pretrained(path).eval()
@@ -78,12 +89,7 @@ def test_greedy_generation_matches_transformers(lm, tiny_gpt2_checkpoints):  # n
 
     # Token ids in, token ids out.
     encoded = [tokenizer(p)["input_ids"] for p in PROMPTS]
-    width = max(map(len, encoded))
-    token_ids = np.zeros((len(PROMPTS), width), "int32")
-    padding_mask = np.zeros((len(PROMPTS), width), "int32")
-    for row, ids in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
+    token_ids, padding_mask = right_padded(encoded)
     result = lm.generate(
         {"token_ids": token_ids, "padding_mask": padding_mask}, max_new_tokens=new, stop_token_ids=None
     )
@@ -105,12 +111,7 @@ def test_max_length_pads_every_row_to_the_same_total(lm, tiny_gpt2_checkpoints):
     expected = [
         _reference(path, [p], max_length - len(ids))[0][0] for p, ids in zip(PROMPTS, encoded)
     ]
-    width = max(map(len, encoded))
-    token_ids = np.zeros((len(PROMPTS), width), "int32")
-    padding_mask = np.zeros((len(PROMPTS), width), "int32")
-    for row, ids in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
+    token_ids, padding_mask = right_padded(encoded)
     result = lm.generate(
         {"token_ids": token_ids, "padding_mask": padding_mask}, max_length=max_length, stop_token_ids=None
     )
@@ -126,12 +127,7 @@ def test_stop_tokens_end_rows(lm, tiny_gpt2_checkpoints):  # noqa: F811
     # right after it; the others stop at their first occurrence of it, if any.
     encoded = [tokenizer(p)["input_ids"] for p in PROMPTS]
     stop = expected[0][len(encoded[0])]
-    width = max(map(len, encoded))
-    token_ids = np.zeros((len(PROMPTS), width), "int32")
-    padding_mask = np.zeros((len(PROMPTS), width), "int32")
-    for row, ids in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
+    token_ids, padding_mask = right_padded(encoded)
     result = lm.generate(
         {"token_ids": token_ids, "padding_mask": padding_mask}, max_new_tokens=10, stop_token_ids=[stop]
     )
