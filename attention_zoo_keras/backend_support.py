@@ -94,17 +94,16 @@ def fused_attention_with_dropout():
     dropout_rate)` with `(batch, length, heads, head_dim)` tensors and a
     boolean mask broadcastable to `(batch, heads, query_length, key_length)`.
     """
-    if backend_name() != "torch":
-        return None
+    return _torch_attention_with_dropout if backend_name() == "torch" else None
+
+
+def _torch_attention_with_dropout(query, key, value, mask, scale, dropout_rate):
     import torch
 
-    def attend(query, key, value, mask, scale, dropout_rate):
-        query, key, value = (torch.transpose(keras.ops.convert_to_tensor(t), 1, 2) for t in (query, key, value))
-        if mask is not None:
-            mask = keras.ops.convert_to_tensor(mask, dtype="bool")
-        output = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=dropout_rate, scale=scale
-        )
-        return torch.transpose(output, 1, 2)
-
-    return attend
+    query, key, value = (torch.transpose(keras.ops.convert_to_tensor(t), 1, 2) for t in (query, key, value))
+    if mask is not None:
+        mask = keras.ops.convert_to_tensor(mask, dtype="bool")
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_rate, scale=scale
+    )
+    return torch.transpose(output, 1, 2)

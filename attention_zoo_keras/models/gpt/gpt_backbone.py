@@ -118,6 +118,9 @@ class GPTBackbone(Backbone):
             **kwargs,
         )
         self.token_embedding = token_embedding
+        self.position_embedding = position_embedding
+        self.transformer_layers = blocks
+        self.final_norm = final_norm
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.num_heads = num_heads

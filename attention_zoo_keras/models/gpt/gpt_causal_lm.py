@@ -73,15 +73,6 @@ class GPTCausalLM(Task):
     # ------------------------------------------------------------------
     # Incremental decoding.
 
-    def _decoder_layers(self):
-        backbone = self.backbone
-        blocks = [backbone.get_layer(f"transformer_layer_{i}") for i in range(backbone.num_layers)]
-        return (
-            backbone.get_layer("position_embedding"),
-            blocks,
-            backbone.get_layer("final_norm"),
-        )
-
     def init_cache(self, batch_size, max_length):
         """An empty key/value cache `(batch, num_layers, 2, max_length,
         num_heads, head_dim)` in the backbone's compute dtype."""
@@ -108,14 +99,14 @@ class GPTCausalLM(Task):
             the final hidden states `(batch, new_length, hidden_dim)` and
             the updated cache.
         """
-        position_embedding, blocks, final_norm = self._decoder_layers()
-        x = self.backbone.token_embedding(token_ids)
-        x = x + position_embedding(token_ids, start_index=cache_update_index)
+        backbone = self.backbone
+        x = backbone.token_embedding(token_ids)
+        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
         attention_mask = None
         if padding_mask is not None:
             attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
         caches = []
-        for index, block in enumerate(blocks):
+        for index, block in enumerate(backbone.transformer_layers):
             x, layer_cache = block(
                 x,
                 attention_mask=attention_mask,
@@ -123,7 +114,7 @@ class GPTCausalLM(Task):
                 cache_update_index=cache_update_index,
             )
             caches.append(layer_cache)
-        hidden = final_norm(x)
+        hidden = backbone.final_norm(x)
         logits = self.lm_head(hidden)
         return logits, hidden, ops.stack(caches, axis=1)
 
