@@ -9,6 +9,7 @@ Example:
 """
 
 from attention_zoo_keras import attention
+from attention_zoo_keras import generation
 from attention_zoo_keras import hub
 from attention_zoo_keras import layers
 from attention_zoo_keras import models

@@ -107,3 +107,68 @@ def _torch_attention_with_dropout(query, key, value, mask, scale, dropout_rate):
         query, key, value, attn_mask=mask, dropout_p=dropout_rate, scale=scale
     )
     return torch.transpose(output, 1, 2)
+
+
+def write_rows(buffer, start, update):
+    """`buffer` with `update` written at `buffer[:, start : start + n]`.
+
+    `start` may be a traced scalar. Under JAX and TensorFlow this is a
+    dynamic-update-slice (XLA updates a loop-carried buffer in place). Under
+    torch with gradient tracking off (generation runs under
+    `torch.no_grad()`), the write is in place and `buffer` itself is
+    returned: a key/value cache has a single owner, and Keras' functional
+    `slice_update` would copy the whole cache at every decoding step. With
+    gradients on, torch takes the functional path too.
+    """
+    if backend_name() == "torch":
+        import torch
+
+        if not torch.is_grad_enabled():
+            buffer = keras.ops.convert_to_tensor(buffer).contiguous()  # (copies a broadcast view once)
+            update = keras.ops.convert_to_tensor(update, dtype=buffer.dtype)
+            buffer.narrow(1, int(start), update.shape[1]).copy_(update)
+            return buffer
+    starts = [0, start] + [0] * (len(keras.ops.shape(buffer)) - 2)
+    return keras.ops.slice_update(buffer, starts, keras.ops.cast(update, buffer.dtype))
+
+
+def compile_inference(function, variables):
+    """`function` compiled for repeated inference on this backend.
+
+    `function(*tensors)` may read `variables` (the model's weights) and run
+    `keras.ops.while_loop`s. Returned is a callable with the same arguments:
+
+    * JAX: `jax.jit` of a stateless call: the variables' values are passed
+      as arguments (not baked into the program as constants) and mapped
+      back onto the variables with a `keras.StatelessScope`.
+    * TensorFlow: a `tf.function` compiled by XLA (`jit_compile=True`).
+    * torch: eager under `torch.no_grad()` (so cache writes happen in place,
+      see `write_rows`); `torch.compile` would pay minutes of compilation per
+      new shape for a step that is dominated by matrix products anyway.
+
+    Each backend retraces for new input shapes; callers keep shapes few by
+    rounding buffer lengths up.
+    """
+    backend = backend_name()
+    if backend == "jax":
+        import jax
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return function(*args)
+
+        jitted = jax.jit(stateless)
+        return lambda *args: jitted([variable.value for variable in variables], *args)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=True)
+    if backend == "torch":
+        import torch
+
+        def no_grad(*args):
+            with torch.no_grad():
+                return function(*args)
+
+        return no_grad
+    return function

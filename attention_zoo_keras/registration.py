@@ -13,9 +13,10 @@ Example:
 True
 """
 
-import difflib
 
 import keras
+
+from attention_zoo_keras.naming import did_you_mean
 
 PACKAGE = "attention_zoo_keras"
 
@@ -56,8 +57,7 @@ def registered_class(name, source="config"):
     if name.startswith(f"{PACKAGE}>"):
         name = name[len(PACKAGE) + 1 :]
     if name not in _REGISTERED_CLASSES:
-        close = difflib.get_close_matches(name, registered_names(), n=3)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, registered_names())
         raise UnregisteredClassError(
             f"{source} names the class '{name}', which attention_zoo_keras "
             f"has not registered, so it will not be built.{hint}"

@@ -12,7 +12,7 @@ key_length)` where `True` means "may attend". It returns a tensor shaped like
 `query`. Mechanisms are pure functions of `keras.ops`; layers own the weights.
 """
 
-import difflib
+from attention_zoo_keras.naming import did_you_mean
 
 _MECHANISMS = {}
 
@@ -41,8 +41,7 @@ def get_mechanism(name):
         ValueError: for an unknown name, listing the known ones.
     """
     if name not in _MECHANISMS:
-        close = difflib.get_close_matches(str(name), mechanism_names(), n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, mechanism_names())
         raise ValueError(
             f"Unknown attention mechanism '{name}'.{hint} "
             f"Known mechanisms: {', '.join(mechanism_names())}."

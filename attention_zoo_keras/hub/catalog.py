@@ -6,10 +6,11 @@ inside the wheel as `attention_zoo_keras/presets/`; in a source checkout it is
 the repository's top-level `presets/`.
 """
 
-import difflib
 import functools
 import json
 from pathlib import Path
+
+from attention_zoo_keras.naming import did_you_mean
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _REQUIRED_FIELDS = ("name", "class_name", "family", "source", "description", "params", "license")
@@ -75,8 +76,7 @@ def get_preset(name, family=None):
             f"{family} presets: {', '.join(candidates)}."
         )
     if name not in catalog:
-        close = difflib.get_close_matches(name, candidates, n=4, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, candidates, n=4, cutoff=0.5)
         kind = f"{family} " if family else ""
         raise UnknownPresetError(
             f"Unknown preset '{name}'.{hint} A preset is a known name, "

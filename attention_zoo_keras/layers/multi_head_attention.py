@@ -13,6 +13,7 @@ from keras import ops
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.attention import causal_mask
 from attention_zoo_keras.attention import get_mechanism
+from attention_zoo_keras.backend_support import write_rows
 from attention_zoo_keras.registration import register
 
 
@@ -35,8 +36,9 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: boolean `(batch, query_length or 1, key_length)`;
             `True` where a query may attend to a key.
         is_causal: also mask out later positions.
-        cache: optional key/value cache `(batch, 2, max_length, num_heads,
-            head_dim)` for incremental decoding (self-attention only). The
+        cache: optional key/value cache for incremental decoding
+            (self-attention only): a `(key_cache, value_cache)` pair, each
+            `(batch, max_length, num_heads, head_dim)`. The
             keys and values of `query` are written at `cache_update_index`
             and the queries attend over the whole cache; `attention_mask`,
             if given, is then `(batch, query_length or 1, max_length)` and
@@ -111,14 +113,14 @@ class MultiHeadAttention(keras.layers.Layer):
         values, the mask over the cache and the updated cache."""
         if cache_update_index is None:
             raise ValueError("A key/value cache needs cache_update_index, the position of the first new token.")
-        key = ops.cast(self._split_heads(self.key_dense(query)), cache.dtype)
-        value = ops.cast(self._split_heads(self.value_dense(query)), cache.dtype)
-        start = [0, cache_update_index, 0, 0]
-        key_cache = ops.slice_update(cache[:, 0, ...], start, key)
-        value_cache = ops.slice_update(cache[:, 1, ...], start, value)
-        new_cache = ops.stack([key_cache, value_cache], axis=1)
+        key_cache, value_cache = cache
+        key = ops.cast(self._split_heads(self.key_dense(query)), key_cache.dtype)
+        value = ops.cast(self._split_heads(self.value_dense(query)), value_cache.dtype)
+        key_cache = write_rows(key_cache, cache_update_index, key)
+        value_cache = write_rows(value_cache, cache_update_index, value)
+        new_cache = (key_cache, value_cache)
 
-        query_length, max_length = ops.shape(query)[1], ops.shape(cache)[2]
+        query_length, max_length = ops.shape(query)[1], ops.shape(key_cache)[1]
         mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
         if is_causal:
             causal = causal_mask(query_length, max_length, offset=cache_update_index)[None, :, :]

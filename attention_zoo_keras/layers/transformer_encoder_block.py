@@ -41,8 +41,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         x: `(batch, length, hidden_dim)`.
         attention_mask: boolean `(batch, 1 or length, length)`; with a
             cache, `(batch, 1 or length, max_length)` over cache positions.
-        cache: optional key/value cache `(batch, 2, max_length, num_heads,
-            head_dim)` of this block's self-attention (see
+        cache: optional `(key_cache, value_cache)` pair, each `(batch,
+            max_length, num_heads, head_dim)`, of this block's self-attention (see
             `MultiHeadAttention`); the block then returns `(y, new_cache)`.
         cache_update_index: position of `x`'s first token in the cache.
 

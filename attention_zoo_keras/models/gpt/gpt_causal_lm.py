@@ -8,11 +8,23 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.backend_support import compile_inference
+from attention_zoo_keras.generation.beam_search import beam_search
+from attention_zoo_keras.generation.beam_search import check_beam_options
+from attention_zoo_keras.generation.in_place_decoding import decode_in_place
+from attention_zoo_keras.generation.samplers import get_sampler
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.text_preprocessor import as_text_list
 from attention_zoo_keras.registration import register
+
+# Generation buffers are rounded up to these multiples so that prompts of
+# similar lengths reuse one compiled program.
+BUFFER_MULTIPLE = 64
+PROMPT_MULTIPLE = 16
+BEAM_OPTIONS = {"num_beams", "length_penalty", "early_stopping"}
 
 
 class TiedLMHead(keras.layers.Layer):
@@ -74,12 +86,37 @@ class GPTCausalLM(Task):
     # Incremental decoding.
 
     def init_cache(self, batch_size, max_length):
-        """An empty key/value cache `(batch, num_layers, 2, max_length,
-        num_heads, head_dim)` in the backbone's compute dtype."""
+        """An empty key/value cache: per decoder layer a `(key_cache,
+        value_cache)` pair, each `(batch, max_length, num_heads, head_dim)` in
+        the backbone's compute dtype.
+
+        Use the cache `call_with_cache` returns, not the one passed in: under
+        torch without gradients the write is in place (see
+        `backend_support.write_rows`).
+        """
         backbone = self.backbone
-        head_dim = backbone.hidden_dim // backbone.num_heads
-        shape = (batch_size, backbone.num_layers, 2, max_length, backbone.num_heads, head_dim)
-        return ops.zeros(shape, dtype=backbone.compute_dtype)
+        shape = (batch_size, max_length, backbone.num_heads, backbone.hidden_dim // backbone.num_heads)
+        return tuple(
+            (ops.zeros(shape, dtype=backbone.compute_dtype), ops.zeros(shape, dtype=backbone.compute_dtype))
+            for _ in range(backbone.num_layers)
+        )
+
+    def _decoder_pass(self, token_ids, cache, cache_update_index, padding_mask=None):
+        """The decoder blocks over new tokens; `(hidden before the final
+        norm, updated cache)`."""
+        backbone = self.backbone
+        x = backbone.token_embedding(token_ids)
+        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
+        attention_mask = None
+        if padding_mask is not None:
+            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+        caches = []
+        for block, layer_cache in zip(backbone.transformer_layers, cache):
+            x, layer_cache = block(
+                x, attention_mask=attention_mask, cache=layer_cache, cache_update_index=cache_update_index
+            )
+            caches.append(layer_cache)
+        return x, tuple(caches)
 
     def call_with_cache(self, token_ids, cache, cache_update_index, padding_mask=None):
         """One forward pass over new tokens, reusing and extending `cache`.
@@ -87,8 +124,7 @@ class GPTCausalLM(Task):
         Args:
             token_ids: `(batch, new_length)` ids at positions
                 `cache_update_index, …, cache_update_index + new_length − 1`.
-            cache: `(batch, num_layers, 2, max_length, num_heads, head_dim)`,
-                e.g. from `init_cache`.
+            cache: from `init_cache` (or a previous call).
             cache_update_index: position of the first new token.
             padding_mask: optional `(batch, max_length)`, true where a cache
                 position holds a real token (attention is causal anyway, so
@@ -99,24 +135,9 @@ class GPTCausalLM(Task):
             the final hidden states `(batch, new_length, hidden_dim)` and
             the updated cache.
         """
-        backbone = self.backbone
-        x = backbone.token_embedding(token_ids)
-        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
-        attention_mask = None
-        if padding_mask is not None:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-        caches = []
-        for index, block in enumerate(backbone.transformer_layers):
-            x, layer_cache = block(
-                x,
-                attention_mask=attention_mask,
-                cache=cache[:, index, ...],
-                cache_update_index=cache_update_index,
-            )
-            caches.append(layer_cache)
-        hidden = backbone.final_norm(x)
-        logits = self.lm_head(hidden)
-        return logits, hidden, ops.stack(caches, axis=1)
+        x, cache = self._decoder_pass(token_ids, cache, cache_update_index, padding_mask)
+        hidden = self.backbone.final_norm(x)
+        return self.lm_head(hidden), hidden, cache
 
     def _prompts(self, inputs):
         """`(list of id lists, is_text, is_single)` from raw text or a dict."""
@@ -158,8 +179,17 @@ class GPTCausalLM(Task):
             return ()
         return tuple(int(i) for i in stop_token_ids)
 
-    def generate(self, inputs, max_length=None, max_new_tokens=None, stop_token_ids="auto"):
-        """Greedy continuation of prompts, with a key/value cache.
+    def generate(
+        self,
+        inputs,
+        max_length=None,
+        max_new_tokens=None,
+        stop_token_ids="auto",
+        sampler="greedy",
+        seed=None,
+        **sampler_options,
+    ):
+        """Continues prompts with a key/value cache, in one compiled loop.
 
         Args:
             inputs: a string or a list of strings (tokenized without an end
@@ -172,18 +202,59 @@ class GPTCausalLM(Task):
             max_new_tokens: number of tokens to add to each prompt.
             stop_token_ids: a row stops after it emits one of these ids;
                 `"auto"` is `<|endoftext|>`, `None` never stops early.
+            sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
+                `"beam"`, or a `generation.Sampler`.
+            seed: an int makes the random samplers reproducible (the same
+                draws on every backend); `None` draws fresh randomness.
+            **sampler_options: the sampler's options: `temperature` and `k`
+                (top_k), `p` (top_p), `num_beams`, `length_penalty` and
+                `early_stopping` (beam).
 
         Returns:
             Strings (prompt and continuation, decoded) for text input, a
             single string for a single string; otherwise a dict of numpy
             `token_ids` and `padding_mask` `(batch, length)`, right-padded.
 
-        Prompts of different lengths share one buffer (KerasHub's in-place
-        scheme): one pass over the right-padded prompts fills the cache, then
-        step `t` writes the argmax at position `t` only in the rows whose
-        prompt has no token there.
+        Prompts of different lengths share one buffer (see
+        `generation.decode_in_place`); one pass over the prompts fills the
+        cache, then each step extends it by one token. The whole loop is one
+        compiled program per backend (`backend_support.compile_inference`);
+        buffer and prompt lengths are rounded up so that new prompts rarely
+        need a new compilation.
+
+        Example:
+
+        >>> lm.generate(["The Transformer", "Attention is"], max_length=32)  # doctest: +SKIP
+        >>> lm.generate("Once upon", max_new_tokens=20, sampler="top_p", p=0.9,
+        ...             temperature=0.8, seed=0)                          # doctest: +SKIP
+        >>> lm.generate("Once upon", max_new_tokens=20, sampler="beam", num_beams=4)  # doctest: +SKIP
         """
         prompts, is_text, is_single = self._prompts(inputs)
+        lengths, end_positions = self._generation_lengths(prompts, max_length, max_new_tokens)
+        stop_ids = self._stop_token_ids(stop_token_ids)
+        pad_id = stop_ids[0] if stop_ids else 0
+        if self.preprocessor is not None:
+            pad_id = self.preprocessor.tokenizer.end_token_id
+        if sampler == "beam":
+            unknown = set(sampler_options) - BEAM_OPTIONS
+            if unknown:
+                raise ValueError(
+                    f"Beam search takes the options {sorted(BEAM_OPTIONS)}; got {sorted(unknown)}."
+                )
+            token_ids, valid = self._beam_generate(prompts, lengths, end_positions, stop_ids, pad_id, **sampler_options)
+        else:
+            sampler = get_sampler(sampler, **sampler_options)
+            token_ids, valid = self._sample_generate(prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed)
+        length = int(valid.any(axis=0).nonzero()[0].max()) + 1
+        token_ids, valid = token_ids[:, :length], valid[:, :length]
+        if not is_text:
+            return {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
+        tokenizer = self.preprocessor.tokenizer
+        texts = [tokenizer.decode(ids[mask]) for ids, mask in zip(token_ids, valid)]
+        return texts[0] if is_single else texts
+
+    def _generation_lengths(self, prompts, max_length, max_new_tokens):
+        """Checks the prompts and lengths; `(prompt lengths, end positions)`."""
         if not prompts:
             raise ValueError("generate needs at least one prompt; got an empty batch.")
         lengths = np.array([len(p) for p in prompts])
@@ -193,6 +264,7 @@ class GPTCausalLM(Task):
                     f"Prompt {row} is empty: GPT-2 needs at least one prompt token to "
                     "condition on (it has no start token)."
                 )
+        check_id_range("token_ids", np.concatenate([np.asarray(p) for p in prompts]), self.backbone.vocabulary_size)
         limit = self.backbone.max_sequence_length
         if max_length is not None and max_new_tokens is not None:
             raise ValueError("Give max_length or max_new_tokens, not both.")
@@ -211,62 +283,117 @@ class GPTCausalLM(Task):
                     f"({int(lengths.max())} tokens)."
                 )
             end_positions = np.full_like(lengths, int(max_length))
-        buffer_length = int(end_positions.max())
-        if buffer_length > limit:
+        if end_positions.max() > limit:
             raise ValueError(
-                f"Generating to length {buffer_length} exceeds the model's "
+                f"Generating to length {int(end_positions.max())} exceeds the model's "
                 f"max_sequence_length {limit}."
             )
-        stop_ids = self._stop_token_ids(stop_token_ids)
-        pad_id = stop_ids[0] if stop_ids else 0
-        if self.preprocessor is not None:
-            pad_id = self.preprocessor.tokenizer.end_token_id
+        return lengths, end_positions
 
-        batch = len(prompts)
-        token_ids = np.full((batch, buffer_length), pad_id, dtype="int32")
-        prompt_mask = np.zeros((batch, buffer_length), dtype=bool)
+    def _buffer(self, prompts, length, pad_id):
+        """Right-padded `(token_ids, prompt_mask)` numpy arrays `(batch, length)`."""
+        token_ids = np.full((len(prompts), length), pad_id, dtype="int32")
+        prompt_mask = np.zeros((len(prompts), length), dtype=bool)
         for row, ids in enumerate(prompts):
             token_ids[row, : len(ids)] = ids
             prompt_mask[row, : len(ids)] = True
-        valid = prompt_mask.copy()
-        token_ids = ops.convert_to_tensor(token_ids, "int32")
-        prompt_mask_t = ops.convert_to_tensor(prompt_mask)
-        end_positions_t = ops.convert_to_tensor(end_positions.astype("int32"))
-        stop_t = ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32"))
+        return token_ids, prompt_mask
 
-        cache = self.init_cache(batch, buffer_length)
-        # One pass over the whole buffer fills the cache; positions past a
-        # row's prompt are rewritten before any query can see them.
-        _, _, cache = self.call_with_cache(token_ids, cache, 0)
-        done = ops.zeros((batch,), dtype="bool")
-        index = int(lengths.min())
-        generated = []
-        while index < buffer_length:
-            logits, _, cache = self.call_with_cache(token_ids[:, index - 1 : index], cache, index - 1)
-            next_token = ops.cast(ops.argmax(logits[:, 0, :], axis=-1), "int32")
-            in_prompt = prompt_mask_t[:, index]
-            writes = ops.logical_and(
-                ops.logical_not(ops.logical_or(in_prompt, done)), ops.less(index, end_positions_t)
+    def _compiled(self, key, build):
+        """The compiled generation function for `key`, built once by `build()`."""
+        functions = self.__dict__.setdefault("_generation_functions", {})
+        if key not in functions:
+            functions[key] = compile_inference(build(), self.variables)
+        return functions[key]
+
+    def _sample_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed):
+        limit = self.backbone.max_sequence_length
+        buffer_length = _round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
+        prompt_pass_length = _round_up(int(lengths.min()), PROMPT_MULTIPLE, buffer_length)
+        token_ids, prompt_mask = self._buffer(prompts, buffer_length, pad_id)
+        batch = len(prompts)
+        # Position t of row b draws with the uniform [b, t] of a (batch,
+        # longest total length) array from the seed: the same draws whatever
+        # the buffer's rounding and the backend.
+        uniforms = np.zeros((batch, buffer_length), dtype="float32")
+        if sampler.is_random:
+            total = int(end_positions.max())
+            uniforms[:, :total] = np.random.default_rng(seed).random((batch, total), dtype="float32")
+
+        def build():
+            def step(token_column, cache, index):
+                logits, _, cache = self.call_with_cache(token_column, cache, index)
+                return logits[:, 0, :], cache
+
+            def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
+                cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
+                _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+                return decode_in_place(
+                    step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache,
+                    start_index, sampler, pad_id,
+                )
+
+            return run
+
+        run = self._compiled(("sample", type(sampler).__name__, tuple(sampler.config().items()), pad_id), build)
+        token_ids, valid = run(
+            ops.convert_to_tensor(token_ids),
+            ops.convert_to_tensor(token_ids[:, :prompt_pass_length]),
+            ops.convert_to_tensor(prompt_mask),
+            ops.convert_to_tensor(end_positions.astype("int32")),
+            ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32")),
+            ops.convert_to_tensor(uniforms),
+            ops.convert_to_tensor(np.int32(lengths.min())),
+        )
+        return np.asarray(ops.convert_to_numpy(token_ids)), np.asarray(ops.convert_to_numpy(valid))
+
+    def _beam_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, num_beams=4,
+                       length_penalty=1.0, early_stopping=False):
+        """Beam search for each prompt; prompts of one length are searched
+        together (the length penalty counts generated tokens, so a prompt's
+        result never depends on the others in the batch)."""
+        num_beams, length_penalty, early_stopping = check_beam_options(num_beams, length_penalty, early_stopping)
+        limit = self.backbone.max_sequence_length
+        buffer_length = _round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
+        token_ids, _ = self._buffer(prompts, buffer_length, pad_id)
+        valid = np.zeros(token_ids.shape, dtype=bool)
+
+        def build():
+            def step(token_column, cache, index):
+                logits, _, cache = self.call_with_cache(token_column, cache, index)
+                return logits[:, 0, :], cache
+
+            def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
+                batch, length = ops.shape(token_ids)
+                cache = self.init_cache(batch, length)
+                _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+                cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
+                return beam_search(
+                    step, token_ids, cache, prompt_length, max_length, stop_ids,
+                    num_beams, length_penalty, early_stopping,
+                )
+
+            return run
+
+        run = self._compiled(("beam", num_beams, length_penalty, early_stopping), build)
+        stop_tensor = ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32"))
+        for prompt_length in np.unique(lengths):
+            rows = np.flatnonzero(lengths == prompt_length)
+            group = token_ids[rows]
+            prompt_pass_length = _round_up(int(prompt_length), PROMPT_MULTIPLE, buffer_length)
+            best, best_lengths = run(
+                ops.convert_to_tensor(group),
+                ops.convert_to_tensor(group[:, :prompt_pass_length]),
+                ops.convert_to_tensor(np.int32(prompt_length)),
+                ops.convert_to_tensor(np.int32(end_positions[rows].max())),
+                stop_tensor,
             )
-            next_token = ops.where(in_prompt, token_ids[:, index], next_token)
-            next_token = ops.where(ops.logical_or(in_prompt, writes), next_token, pad_id)
-            token_ids = ops.slice_update(token_ids, [0, index], next_token[:, None])
-            generated.append(writes)
-            is_stop = ops.any(ops.equal(next_token[:, None], stop_t[None, :]), axis=-1)
-            done = ops.logical_or(done, ops.logical_and(writes, is_stop))
-            done = ops.logical_or(done, ops.greater_equal(index + 1, end_positions_t))
-            index += 1
-            if bool(ops.convert_to_numpy(ops.all(done))):
-                break
+            token_ids[rows] = np.asarray(ops.convert_to_numpy(best))
+            valid[rows] = np.arange(buffer_length)[None, :] < np.asarray(ops.convert_to_numpy(best_lengths))[:, None]
+        return token_ids, valid
 
-        token_ids = np.asarray(ops.convert_to_numpy(token_ids))
-        start = int(lengths.min())
-        for offset, writes in enumerate(generated):
-            valid[:, start + offset] |= np.asarray(ops.convert_to_numpy(writes))
-        length = int(valid.any(axis=0).nonzero()[0].max()) + 1
-        token_ids, valid = token_ids[:, :length], valid[:, :length]
-        if not is_text:
-            return {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
-        tokenizer = self.preprocessor.tokenizer
-        texts = [tokenizer.decode(ids[mask]) for ids, mask in zip(token_ids, valid)]
-        return texts[0] if is_single else texts
+
+def _round_up(value, multiple, cap):
+    """`value` rounded up to a multiple of `multiple`, at most `cap` (and at
+    least `value`)."""
+    return max(value, min(-(-value // multiple) * multiple, cap))

@@ -1,0 +1,10 @@
+"""Decoding: samplers, the in-place decoding loop and beam search."""
+
+from attention_zoo_keras.generation.in_place_decoding import decode_in_place
+from attention_zoo_keras.generation.samplers import GreedySampler
+from attention_zoo_keras.generation.samplers import Sampler
+from attention_zoo_keras.generation.samplers import TemperatureSampler
+from attention_zoo_keras.generation.samplers import TopKSampler
+from attention_zoo_keras.generation.samplers import TopPSampler
+from attention_zoo_keras.generation.samplers import get_sampler
+from attention_zoo_keras.generation.samplers import sampler_names

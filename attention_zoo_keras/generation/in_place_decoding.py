@@ -1,0 +1,87 @@
+"""Token-by-token decoding of right-padded prompts in one fixed buffer.
+
+Prompts of different lengths share a `(batch, buffer_length)` buffer, each
+right-padded (KerasHub's scheme). Decoding starts at the shortest prompt's
+end; step `t` runs the model on the tokens at `t − 1`, which extends the
+key/value cache by one position, and then writes position `t`:
+
+    token[b, t] = prompt[b, t]                   if t is inside prompt b
+                = sampler(logits[b], u[b, t])    if row b is still generating
+                = pad                            otherwise
+
+A row stops after it emits a stop token or reaches its end position; the
+loop stops when every row has (or at the buffer's end). Everything is
+`keras.ops` in one `ops.while_loop`, so the whole loop compiles into a single
+program (see `backend_support.compile_inference`).
+"""
+
+from keras import ops
+
+
+def decode_in_place(
+    step,
+    token_ids,
+    prompt_mask,
+    end_positions,
+    stop_token_ids,
+    uniforms,
+    cache,
+    start_index,
+    sampler,
+    pad_id,
+):
+    """Fills `token_ids` past the prompts, one position per step.
+
+    Args:
+        step: `step(token_ids (batch, 1), cache, index) -> (logits (batch,
+            vocabulary), cache)`: the model on the token at `index`, given a
+            cache that holds every position before it.
+        token_ids: `(batch, buffer_length)` int32, the right-padded prompts.
+        prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens.
+        end_positions: `(batch,)` int32: row `b` writes no position at or
+            past `end_positions[b]`.
+        stop_token_ids: `(num_stop,)` int32; a row stops after emitting one
+            (pass `[-1]` for none).
+        uniforms: `(batch, buffer_length)` float32 in [0, 1), the sampler's
+            randomness for each position.
+        cache: the model's cache, filled up to `start_index − 1` at least.
+        start_index: int32 scalar, the first position to decode (the
+            shortest prompt's length).
+        sampler: a `Sampler`.
+        pad_id: id written where a row generates nothing.
+
+    Returns:
+        `(token_ids, valid)`: the filled buffer and a bool mask `(batch,
+        buffer_length)` of the positions holding a prompt or generated token.
+    """
+    batch, buffer_length = ops.shape(token_ids)
+
+    def column(tensor, index):
+        return ops.take(tensor, index, axis=1)
+
+    def keep_going(index, token_ids, valid, done, cache):
+        return ops.logical_and(ops.less(index, buffer_length), ops.logical_not(ops.all(done)))
+
+    def decode_one(index, token_ids, valid, done, cache):
+        previous = ops.slice(token_ids, [0, index - 1], [batch, 1])
+        logits, cache = step(previous, cache, index - 1)
+        chosen = sampler.choose(logits, column(uniforms, index))
+        in_prompt = column(prompt_mask, index)
+        writes = ops.logical_and(
+            ops.logical_not(ops.logical_or(in_prompt, done)), ops.less(index, end_positions)
+        )
+        token = ops.where(in_prompt, column(token_ids, index), chosen)
+        token = ops.where(ops.logical_or(in_prompt, writes), token, pad_id)
+        token_ids = ops.slice_update(token_ids, [0, index], ops.cast(token, "int32")[:, None])
+        valid = ops.slice_update(valid, [0, index], ops.logical_or(in_prompt, writes)[:, None])
+        is_stop = ops.any(ops.equal(token[:, None], stop_token_ids[None, :]), axis=-1)
+        done = ops.logical_or(done, ops.logical_and(writes, is_stop))
+        done = ops.logical_or(done, ops.greater_equal(index + 1, end_positions))
+        return index + 1, token_ids, valid, done, cache
+
+    start_index = ops.cast(start_index, "int32")
+    done = ops.less_equal(end_positions, start_index)
+    _, token_ids, valid, _, _ = ops.while_loop(
+        keep_going, decode_one, (start_index, token_ids, prompt_mask, done, cache)
+    )
+    return token_ids, valid

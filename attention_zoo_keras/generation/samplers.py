@@ -1,0 +1,222 @@
+"""Token samplers: the rule that turns next-token logits into a token id.
+
+Every sampler is a pure function of `keras.ops` on
+
+    choose(logits, uniform) -> token ids
+
+with `logits` `(batch, vocabulary)` and `uniform` `(batch,)` numbers drawn
+from U[0, 1) *before* decoding starts (with numpy, from the `seed`). A random
+sampler draws by inverting the cumulative distribution of its (truncated,
+tempered) probabilities at `uniform`:
+
+    token = min{ i : Σ_{j ≤ i} p_j > u · Σ_j p_j }
+
+which is an exact draw from `p`. Drawing the randomness up front keeps the
+compiled decoding loop free of random-generator state (so it is a pure
+function on every backend), makes a seed give the same draws on JAX,
+TensorFlow and torch, and costs `batch × length` floats.
+
+Samplers (names for `generate(sampler=...)`):
+
+* `greedy`: `argmax` of the logits.
+* `temperature`: a draw from `softmax(logits / T)`.
+* `top_k` (Fan et al. 2018): a draw among the `k` most likely tokens.
+* `top_p` (nucleus sampling, Holtzman et al. 2020, "The Curious Case of
+  Neural Text Degeneration"): a draw from the smallest set of most likely
+  tokens whose probability reaches `p`.
+* `beam`: beam search, see `beam_search.py`; not a per-step rule.
+"""
+
+import inspect
+
+from keras import ops
+
+from attention_zoo_keras.naming import did_you_mean
+
+
+class Sampler:
+    """A per-step decoding rule. Subclasses define `choose`."""
+
+    name = None
+    is_random = False
+
+    def choose(self, logits, uniform):
+        """Token ids `(batch,)` int32 from `logits` `(batch, vocabulary)`."""
+        raise NotImplementedError
+
+    def config(self):
+        """The options that define this sampler (they key compiled loops)."""
+        return {}
+
+    def __repr__(self):
+        options = ", ".join(f"{key}={value!r}" for key, value in self.config().items())
+        return f"{type(self).__name__}({options})"
+
+
+def _check_temperature(temperature):
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive; got {temperature}.")
+    return float(temperature)
+
+
+def _draw(logits, uniform, keep=None):
+    """Index into `logits` `(batch, n)` drawn from their softmax, restricted
+    to the positions where `keep` is true, by inverting the cumulative sum
+    at `uniform` `(batch,)`."""
+    probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    if keep is not None:
+        probabilities = ops.where(keep, probabilities, 0.0)
+    cumulative = ops.cumsum(probabilities, axis=-1)
+    threshold = ops.convert_to_tensor(uniform, "float32")[:, None] * cumulative[:, -1:]
+    index = ops.sum(ops.cast(ops.less_equal(cumulative, threshold), "int32"), axis=-1)
+    return ops.minimum(index, ops.shape(logits)[-1] - 1)
+
+
+class GreedySampler(Sampler):
+    """The most likely token: `argmax(logits)`.
+
+    >>> import numpy as np
+    >>> GreedySampler().choose(np.array([[0.1, 2.0, -1.0]]), np.zeros(1)).tolist()  # doctest: +SKIP
+    [1]
+    """
+
+    name = "greedy"
+
+    def choose(self, logits, uniform):
+        return ops.cast(ops.argmax(logits, axis=-1), "int32")
+
+
+class TemperatureSampler(Sampler):
+    """A draw from `softmax(logits / temperature)`.
+
+    Args:
+        temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
+    """
+
+    name = "temperature"
+    is_random = True
+
+    def __init__(self, temperature=1.0):
+        self.temperature = _check_temperature(temperature)
+
+    def choose(self, logits, uniform):
+        return ops.cast(_draw(ops.cast(logits, "float32") / self.temperature, uniform), "int32")
+
+    def config(self):
+        return {"temperature": self.temperature}
+
+
+class TopKSampler(Sampler):
+    """A draw from `softmax(logits / temperature)` over the `k` most likely
+    tokens only.
+
+    Args:
+        k: number of candidates (`k=1` is greedy).
+        temperature: > 0.
+    """
+
+    name = "top_k"
+    is_random = True
+
+    def __init__(self, k=50, temperature=1.0):
+        if int(k) != k or k < 1:
+            raise ValueError(f"top_k's k must be a positive integer; got {k}.")
+        self.k = int(k)
+        self.temperature = _check_temperature(temperature)
+
+    def choose(self, logits, uniform):
+        k = min(self.k, ops.shape(logits)[-1])
+        if k == 1:
+            return ops.cast(ops.argmax(logits, axis=-1), "int32")
+        top_logits, top_ids = ops.top_k(ops.cast(logits, "float32"), k=k, sorted=True)
+        index = _draw(top_logits / self.temperature, uniform)
+        return ops.cast(ops.take_along_axis(top_ids, index[:, None], axis=-1)[:, 0], "int32")
+
+    def config(self):
+        return {"k": self.k, "temperature": self.temperature}
+
+
+class TopPSampler(Sampler):
+    """Nucleus sampling: a draw from `softmax(logits / temperature)` over the
+    smallest set of most likely tokens whose total probability is at least
+    `p` (the most likely token is always in it).
+
+    Args:
+        p: in (0, 1].
+        temperature: > 0, applied before the nucleus is chosen (as in
+            `transformers`).
+        k: optionally look only at the `k` most likely tokens first (faster
+            than sorting the whole vocabulary; the nucleus is the same
+            whenever it has fewer than `k` tokens).
+    """
+
+    name = "top_p"
+    is_random = True
+
+    def __init__(self, p=0.9, temperature=1.0, k=None):
+        if not 0 < p <= 1:
+            raise ValueError(f"top_p's p must be in (0, 1]; got {p}.")
+        if k is not None and (int(k) != k or k < 1):
+            raise ValueError(f"top_p's k must be a positive integer or None; got {k}.")
+        self.p = float(p)
+        self.temperature = _check_temperature(temperature)
+        self.k = None if k is None else int(k)
+
+    def choose(self, logits, uniform):
+        vocabulary = ops.shape(logits)[-1]
+        k = vocabulary if self.k is None else min(self.k, vocabulary)
+        top_logits, top_ids = ops.top_k(ops.cast(logits, "float32"), k=k, sorted=True)
+        top_logits = top_logits / self.temperature
+        probabilities = ops.softmax(top_logits, axis=-1)
+        mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
+        index = _draw(top_logits, uniform, keep=ops.less(mass_before, self.p))
+        return ops.cast(ops.take_along_axis(top_ids, index[:, None], axis=-1)[:, 0], "int32")
+
+    def config(self):
+        return {"p": self.p, "temperature": self.temperature, "k": self.k}
+
+
+_SAMPLERS = {cls.name: cls for cls in (GreedySampler, TemperatureSampler, TopKSampler, TopPSampler)}
+
+
+def sampler_names():
+    """Names `generate(sampler=...)` accepts, `beam` included."""
+    return sorted([*_SAMPLERS, "beam"])
+
+
+def get_sampler(sampler, **options):
+    """A `Sampler` from a name and its options, or `sampler` itself.
+
+    Args:
+        sampler: a name from `sampler_names()` (but `beam`, which
+            `generate` handles itself) or a `Sampler`.
+        **options: the sampler's constructor arguments (`temperature`, `k`,
+            `p`).
+
+    Raises:
+        ValueError: an unknown name (listing the known ones) or an option
+            the sampler does not take.
+
+    >>> get_sampler("top_p", p=0.8)
+    TopPSampler(p=0.8, temperature=1.0, k=None)
+    """
+    if isinstance(sampler, Sampler):
+        if options:
+            raise ValueError(
+                f"Sampler options {sorted(options)} are given with a {type(sampler).__name__} "
+                "instance; set them on the instance instead."
+            )
+        return sampler
+    if sampler not in _SAMPLERS:
+        raise ValueError(
+            f"Unknown sampler '{sampler}'.{did_you_mean(sampler, sampler_names())} "
+            f"Known samplers: {', '.join(sampler_names())}."
+        )
+    cls = _SAMPLERS[sampler]
+    try:
+        return cls(**options)
+    except TypeError:
+        accepted = [name for name in inspect.signature(cls).parameters]
+        raise ValueError(
+            f"Sampler '{sampler}' takes the options {accepted or 'none'}; got {sorted(options)}."
+        ) from None
