@@ -55,13 +55,14 @@ def beam_search(
     num_beams,
     length_penalty=1.0,
     early_stopping=False,
+    constants=(),
 ):
     """Best continuation of each prompt (all prompts the same length).
 
     Args:
-        step: `step(token_ids (batch·K, 1), cache, index) -> (logits
-            (batch·K, vocabulary), cache)`, the model on the token at `index`
-            given a cache of every earlier position.
+        step: `step(token_ids (batch·K, 1), cache, index, *constants) ->
+            (logits (batch·K, vocabulary), cache)`, the model on the token at
+            `index` given a cache of every earlier position.
         token_ids: `(batch, buffer_length)` int32: the prompts in
             `[:, :prompt_length]`, the pad id after.
         cache: the model's cache for `batch · K` rows (each prompt's rows
@@ -70,6 +71,7 @@ def beam_search(
         max_length: int32 scalar ≤ buffer_length, the longest total length.
         stop_token_ids: `(num_stop,)` int32 (`[-1]` for none).
         num_beams, length_penalty, early_stopping: see the module docstring.
+        constants: more tensors `step` takes, the same at every step.
 
     Returns:
         `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
@@ -98,7 +100,7 @@ def beam_search(
     def search_one(index, running, running_scores, finished, finished_scores, finished_lengths,
                    is_finished, improvable, all_ended, cache):
         previous = ops.reshape(ops.take(running, index - 1, axis=2), (batch * beams, 1))
-        logits, cache = step(previous, cache, index - 1)
+        logits, cache = step(previous, cache, index - 1, *constants)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         vocabulary = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch, beams, vocabulary)) + running_scores[:, :, None]

@@ -29,13 +29,14 @@ def decode_in_place(
     start_index,
     sampler,
     pad_id,
+    constants=(),
 ):
     """Fills `token_ids` past the prompts, one position per step.
 
     Args:
-        step: `step(token_ids (batch, 1), cache, index) -> (logits (batch,
-            vocabulary), cache)`: the model on the token at `index`, given a
-            cache that holds every position before it.
+        step: `step(token_ids (batch, 1), cache, index, *constants) ->
+            (logits (batch, vocabulary), cache)`: the model on the token at
+            `index`, given a cache that holds every position before it.
         token_ids: `(batch, buffer_length)` int32, the right-padded prompts.
         prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens.
         end_positions: `(batch,)` int32: row `b` writes no position at or
@@ -49,6 +50,8 @@ def decode_in_place(
             shortest prompt's length).
         sampler: a `Sampler`.
         pad_id: id written where a row generates nothing.
+        constants: more tensors `step` takes, the same at every step (e.g.
+            weights laid out for decoding).
 
     Returns:
         `(token_ids, valid)`: the filled buffer and a bool mask `(batch,
@@ -64,7 +67,7 @@ def decode_in_place(
 
     def decode_one(index, token_ids, valid, done, cache):
         previous = ops.slice(token_ids, [0, index - 1], [batch, 1])
-        logits, cache = step(previous, cache, index - 1)
+        logits, cache = step(previous, cache, index - 1, *constants)
         chosen = sampler.choose(logits, column(uniforms, index))
         in_prompt = column(prompt_mask, index)
         writes = ops.logical_and(

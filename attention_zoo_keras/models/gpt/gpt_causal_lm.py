@@ -9,6 +9,8 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.backend_support import compile_inference
+from attention_zoo_keras.backend_support import compile_step
+from attention_zoo_keras.backend_support import materialize
 from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import check_beam_options
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
@@ -40,8 +42,15 @@ class TiedLMHead(keras.layers.Layer):
         self.token_embedding = token_embedding
 
     def call(self, hidden):
-        embeddings = ops.cast(self.token_embedding.embeddings, hidden.dtype)
-        return ops.matmul(hidden, ops.transpose(embeddings))
+        return ops.matmul(hidden, self.output_kernel(hidden.dtype))
+
+    def output_kernel(self, dtype):
+        """`Eᵀ` `(hidden_dim, vocabulary)` in `dtype`. Decoding computes it once
+        and multiplies by it at every step: a matrix-vector product streams
+        a contiguous `(hidden_dim, vocabulary)` matrix faster than it reads
+        `E` transposed (GPT-2 small, one token: 13 against 18 ms under XLA on
+        a 2-core CPU)."""
+        return materialize(ops.transpose(ops.cast(self.token_embedding.embeddings, dtype)))
 
     def compute_output_shape(self, hidden_shape):
         return tuple(hidden_shape[:-1]) + (self.token_embedding.input_dim,)
@@ -290,6 +299,14 @@ class GPTCausalLM(Task):
             )
         return lengths, end_positions
 
+    def _next_token_logits(self, token_column, cache, index, output_kernel):
+        """The decoding step: logits `(batch, vocabulary)` after the tokens
+        `(batch, 1)` at `index`, and the extended cache; `output_kernel` is
+        `lm_head.output_kernel(...)`, computed once per generation."""
+        x, cache = self._decoder_pass(token_column, cache, index)
+        hidden = self.backbone.final_norm(x)[:, 0, :]
+        return ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), cache
+
     def _buffer(self, prompts, length, pad_id):
         """Right-padded `(token_ids, prompt_mask)` numpy arrays `(batch, length)`."""
         token_ids = np.full((len(prompts), length), pad_id, dtype="int32")
@@ -321,16 +338,14 @@ class GPTCausalLM(Task):
             uniforms[:, :total] = np.random.default_rng(seed).random((batch, total), dtype="float32")
 
         def build():
-            def step(token_column, cache, index):
-                logits, _, cache = self.call_with_cache(token_column, cache, index)
-                return logits[:, 0, :], cache
+            step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
                 _, cache = self._decoder_pass(prompt_tokens, cache, 0)
                 return decode_in_place(
                     step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache,
-                    start_index, sampler, pad_id,
+                    start_index, sampler, pad_id, constants=(self.lm_head.output_kernel(cache[0][0].dtype),),
                 )
 
             return run
@@ -359,9 +374,7 @@ class GPTCausalLM(Task):
         valid = np.zeros(token_ids.shape, dtype=bool)
 
         def build():
-            def step(token_column, cache, index):
-                logits, _, cache = self.call_with_cache(token_column, cache, index)
-                return logits[:, 0, :], cache
+            step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
                 batch, length = ops.shape(token_ids)
@@ -371,6 +384,7 @@ class GPTCausalLM(Task):
                 return beam_search(
                     step, token_ids, cache, prompt_length, max_length, stop_ids,
                     num_beams, length_penalty, early_stopping,
+                    constants=(self.lm_head.output_kernel(cache[0][0].dtype),),
                 )
 
             return run

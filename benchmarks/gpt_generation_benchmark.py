@@ -1,0 +1,528 @@
+"""Times greedy generation with a GPT-2-small-shaped model: ours against
+KerasHub's (and, on torch, Hugging Face transformers'), in one process, on the
+same prompts.
+
+The Keras backend is the one KERAS_BACKEND names; run the script once per
+backend (benchmarks/run_gpt_generation_benchmark.sh does all three). Weights
+are random: nothing is downloaded.
+
+Contenders (all GPT-2 small: vocab 50257, 12 layers, 12 heads, hidden 768,
+intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
+
+* ``ours``: ``attention_zoo_keras.models.GPTCausalLM(GPTBackbone(...),
+  preprocessor=None)``, called as ``lm.generate({"token_ids": ids,
+  "padding_mask": ones}, max_new_tokens=N, stop_token_ids=None)`` with the
+  ``(batch, prompt_len)`` int32 prompts.
+* ``keras_hub``: ``keras_hub.models.GPT2CausalLM(GPT2Backbone(...),
+  preprocessor=None)``, compiled with ``sampler="greedy"``, called as
+  ``model.generate({"token_ids": ids, "padding_mask": mask},
+  stop_token_ids=None)``. Without a preprocessor KerasHub's ``generate``
+  ignores ``max_length``: it decodes until the end of the buffer it is given,
+  so the prompts are right-padded with zeros to ``prompt_len + N`` and the
+  mask is true on the prompt only. Its greedy loop (``Sampler.__call__``)
+  runs from the shortest prompt's length to the buffer's end, writing one
+  position per step where the mask is false: N new tokens per row.
+* ``transformers`` (torch backend only): ``transformers.GPT2LMHeadModel``
+  (``attn_implementation="sdpa"``) in eval mode, ``model.generate(input_ids,
+  attention_mask=ones, max_new_tokens=N, min_new_tokens=N, do_sample=False,
+  num_beams=1, pad_token_id=0)`` under ``torch.no_grad()``
+  (``min_new_tokens`` masks the end-of-text token, so no row ends early).
+
+Every call is checked: the prompts come back unchanged and exactly
+``batch * N`` new tokens were generated (the count is printed). Once per batch
+size, the continuation is also checked to be greedy: one full forward over
+the returned sequence (outside the timing) must give every generated token
+the largest logit at the position before it (within 1e-3, for near-ties
+between the cached and the full computation).
+
+Reported per batch size: the median and the minimum wall time of one
+``generate`` call (``time.perf_counter``), new tokens per second
+(``batch * N / time``), the median process CPU time, and the ratio
+other / ours of the times (above 1 meaning ours is faster): of the medians,
+of the minima, and "paired", the median over rounds of each round's ratio,
+the one to trust on a busy machine. The first call (compilation, warm-up) is
+timed separately. The contenders are built once; for each batch size each is
+warmed up, then the ``--repeats`` timed calls are interleaved round-robin
+(rotating who goes first) so that other load on the machine weighs on every
+contender alike.
+
+Example::
+
+    KERAS_BACKEND=jax python benchmarks/gpt_generation_benchmark.py --batch-sizes 1 8
+    KERAS_BACKEND=torch python benchmarks/gpt_generation_benchmark.py --tiny   # smoke test
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+# Shared helpers of the BERT benchmark (stdlib-only at import time).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bert_benchmark import apply_backend_threads  # noqa: E402
+from bert_benchmark import cpu_model  # noqa: E402
+from bert_benchmark import limit_threads  # noqa: E402
+from bert_benchmark import paired_ratio  # noqa: E402
+from bert_benchmark import versions  # noqa: E402
+
+GPT2_SMALL = dict(
+    vocabulary_size=50257,
+    num_layers=12,
+    num_heads=12,
+    hidden_dim=768,
+    intermediate_dim=3072,
+    max_sequence_length=1024,
+)
+# A few-second smoke test of the script itself (--tiny); not a benchmark.
+TINY = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
+TINY_NEW_TOKENS = 8
+CONTENDERS = ("ours", "keras_hub", "transformers")
+# A generated token passes the greedy check if its logit is within this of the
+# row's largest (relative to the largest's magnitude, floored at 1).
+GREEDY_TOLERANCE = 1e-3
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument(
+        "--new-tokens", type=int, default=None, help="tokens generated per row (default 128; 8 with --tiny)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per batch size and contender")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls (compilation) first")
+    shape = parser.add_argument_group("model shape (default GPT-2 small; each overrides --tiny too)")
+    shape.add_argument("--num-layers", type=int, default=None)
+    shape.add_argument("--hidden-dim", type=int, default=None)
+    shape.add_argument("--num-heads", type=int, default=None)
+    shape.add_argument("--intermediate-dim", type=int, default=None)
+    shape.add_argument("--vocab-size", type=int, default=None)
+    shape.add_argument("--max-sequence-length", type=int, default=None, help="learned positions (default 1024)")
+    parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide, 1000-token smoke test of the script")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(),
+        help="intra-op (and inter-op) threads, the same for every contender (default: all cores)",
+    )
+    parser.add_argument(
+        "--backend-label", default=None,
+        help="label printed for this run (default: the Keras backend's name)",
+    )
+    parser.add_argument(
+        "--jit-compile", default="auto", choices=["auto", "true", "false"],
+        help="`jit_compile` given to KerasHub's compile(); it decides whether its TensorFlow generate "
+        "loop is XLA-compiled ('auto' resolves to False on a CPU-only machine). Ours always compiles "
+        "its loop with XLA on TensorFlow.",
+    )
+    parser.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help="comma-separated subset of " + ",".join(CONTENDERS)
+    )
+    parser.add_argument("--no-greedy-check", action="store_true", help="skip the full-forward greedy check")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompts")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    config = dict(TINY if args.tiny else GPT2_SMALL)
+    overrides = {
+        "num_layers": args.num_layers,
+        "hidden_dim": args.hidden_dim,
+        "num_heads": args.num_heads,
+        "intermediate_dim": args.intermediate_dim,
+        "vocabulary_size": args.vocab_size,
+        "max_sequence_length": args.max_sequence_length,
+    }
+    config.update({key: value for key, value in overrides.items() if value is not None})
+    args.config = config
+    if args.new_tokens is None:
+        args.new_tokens = TINY_NEW_TOKENS if args.tiny else 128
+    if args.prompt_len < 1 or args.new_tokens < 1:
+        parser.error("--prompt-len and --new-tokens must be at least 1")
+    if args.prompt_len + args.new_tokens > config["max_sequence_length"]:
+        parser.error(
+            f"--prompt-len + --new-tokens ({args.prompt_len + args.new_tokens}) exceeds "
+            f"max_sequence_length {config['max_sequence_length']}"
+        )
+    if config["hidden_dim"] % config["num_heads"]:
+        parser.error(f"--hidden-dim {config['hidden_dim']} is not a multiple of --num-heads {config['num_heads']}")
+    return args
+
+
+def is_gpt2_small(config):
+    return config == GPT2_SMALL
+
+
+def make_prompts(batch_size, prompt_len, vocabulary_size, seed=0):
+    """`(batch, prompt_len)` int32 random ids in [1, vocab − 1) (no pad id 0,
+    no end-of-text id vocab − 1), all rows full length."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed + batch_size)
+    return rng.integers(1, vocabulary_size - 1, size=(batch_size, prompt_len)).astype("int32")
+
+
+def count_new_tokens(token_ids, valid, prompts):
+    """Checks that the output starts with the prompts; the number of valid
+    positions past them."""
+    import numpy as np
+
+    token_ids, valid = np.asarray(token_ids), np.asarray(valid).astype(bool)
+    batch, prompt_len = prompts.shape
+    assert token_ids.shape[0] == batch and token_ids.shape == valid.shape, (token_ids.shape, valid.shape)
+    assert (token_ids[:, :prompt_len] == prompts).all(), "the prompts did not come back unchanged"
+    assert valid[:, :prompt_len].all(), "prompt positions marked invalid"
+    return int(valid[:, prompt_len:].sum())
+
+
+# --------------------------------------------------------------------------- contenders
+# Each builder returns (model, generate(prompts) -> (token_ids, valid) numpy,
+# logits(token_ids) -> numpy (batch, length, vocab), path description).
+
+
+def build_ours(config, new_tokens):
+    import keras
+    import numpy as np
+
+    from attention_zoo_keras.models import GPTBackbone
+    from attention_zoo_keras.models import GPTCausalLM
+
+    backbone = GPTBackbone(**config, dropout=0.0, attention_dropout=0.0)
+    lm = GPTCausalLM(backbone=backbone, preprocessor=None)
+
+    def generate(prompts):
+        out = lm.generate(
+            {"token_ids": prompts, "padding_mask": np.ones_like(prompts)},
+            max_new_tokens=new_tokens,
+            stop_token_ids=None,
+        )
+        return out["token_ids"], out["padding_mask"]
+
+    def logits(token_ids):
+        ones = np.ones_like(token_ids)
+        return keras.ops.convert_to_numpy(lm({"token_ids": token_ids, "padding_mask": ones}))
+
+    path = "GPTCausalLM.generate(dict, max_new_tokens, stop_token_ids=None) (default sampler 'greedy')"
+    return lm, generate, logits, path
+
+
+def build_keras_hub(config, new_tokens, jit_compile):
+    import keras
+    import keras_hub
+    import numpy as np
+
+    backbone = keras_hub.models.GPT2Backbone(**config, dropout=0.0)
+    lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    jit = {"auto": "auto", "true": True, "false": False}[jit_compile]
+    lm.compile(sampler="greedy", jit_compile=jit)
+    assert type(lm.sampler).__name__ == "GreedySampler", lm.sampler
+
+    def generate(prompts):
+        # preprocessor=None: KerasHub 0.32's CausalLM.generate(inputs,
+        # max_length=None, stop_token_ids="auto", strip_prompt=False) uses
+        # `max_length` only for its preprocessor; the buffer's width decides.
+        # GreedySampler.__call__ loops from index = min(prompt lengths) with
+        # maximum_iterations = width - index, writing position `index` where
+        # padding_mask is false, so padding every row to prompt_len +
+        # new_tokens (mask true on the prompt) gives exactly new_tokens new
+        # tokens per row (verified: with stop_token_ids=None the returned
+        # padding_mask is all ones, so the count in run_once is new_tokens by
+        # construction; the greedy check is what shows that each of those
+        # positions was really written with the argmax, not left at pad 0).
+        batch, prompt_len = prompts.shape
+        token_ids = np.zeros((batch, prompt_len + new_tokens), dtype="int32")
+        token_ids[:, :prompt_len] = prompts
+        padding_mask = np.zeros(token_ids.shape, dtype=bool)
+        padding_mask[:, :prompt_len] = True
+        inputs = {
+            "token_ids": keras.ops.convert_to_tensor(token_ids),
+            "padding_mask": keras.ops.convert_to_tensor(padding_mask),
+        }
+        out = lm.generate(inputs, stop_token_ids=None)
+        return out["token_ids"], out["padding_mask"]
+
+    def logits(token_ids):
+        ones = np.ones_like(token_ids)
+        return keras.ops.convert_to_numpy(lm({"token_ids": token_ids, "padding_mask": ones}))
+
+    compiled = {
+        "jax": "jax.jit",
+        "tensorflow": f"tf.function(jit_compile={lm.jit_compile})",
+        "torch": "eager, torch.no_grad()",
+    }.get(keras.backend.backend(), "?")
+    path = f"GPT2CausalLM.generate(dict padded to prompt+new, stop_token_ids=None), GreedySampler, {compiled}"
+    return lm, generate, logits, path
+
+
+def build_transformers(config, new_tokens):
+    import torch
+    import transformers
+
+    hf_config = transformers.GPT2Config(
+        vocab_size=config["vocabulary_size"],
+        n_positions=config["max_sequence_length"],
+        n_embd=config["hidden_dim"],
+        n_layer=config["num_layers"],
+        n_head=config["num_heads"],
+        n_inner=config["intermediate_dim"],
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        # GPT-2's <|endoftext|> is the last id; kept inside the vocabulary
+        # when a smaller one is benchmarked.
+        bos_token_id=config["vocabulary_size"] - 1,
+        eos_token_id=config["vocabulary_size"] - 1,
+        attn_implementation="sdpa",
+    )
+    model = transformers.GPT2LMHeadModel(hf_config)
+    model.eval()
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+
+    def generate(prompts):
+        input_ids = torch.from_numpy(prompts).long()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=0,
+            )
+        out = out.numpy()
+        # No row can end early (min_new_tokens), so every position is valid.
+        return out, out >= 0
+
+    def logits(token_ids):
+        with torch.no_grad():
+            return model(torch.from_numpy(token_ids).long()).logits.float().numpy()
+
+    path = "eval + torch.no_grad() GPT2LMHeadModel.generate(greedy, min_new_tokens=max_new_tokens) (sdpa)"
+    return model, generate, logits, path
+
+
+def greedy_check(logits_fn, token_ids, prompt_len):
+    """`(checked, mismatches, worst gap)`: each generated token against the
+    logits of one full forward over the whole output at the position before
+    it."""
+    import numpy as np
+
+    token_ids = np.asarray(token_ids).astype("int32")
+    logits = np.asarray(logits_fn(token_ids), dtype="float32")[:, prompt_len - 1 : -1]
+    chosen = np.take_along_axis(logits, token_ids[:, prompt_len:, None].astype("int64"), axis=-1)[..., 0]
+    best = logits.max(axis=-1)
+    gap = best - chosen
+    bad = gap > GREEDY_TOLERANCE * np.maximum(1.0, np.abs(best))
+    return int(gap.size), int(bad.sum()), float(gap.max())
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    limit_threads(args.threads)
+
+    import keras
+
+    backend = keras.backend.backend()
+    apply_backend_threads(backend, args.threads)
+    label = args.backend_label or backend
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
+    if unknown:
+        raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
+    if backend != "torch" and "transformers" in contenders:
+        contenders.remove("transformers")
+    config, new_tokens, prompt_len = args.config, args.new_tokens, args.prompt_len
+
+    shape_name = "GPT-2 small" if is_gpt2_small(config) else "custom shape (NOT GPT-2 small)"
+    print(f"# {shape_name} greedy generation benchmark, backend={label}")
+    print(
+        "model: " + ", ".join(f"{k} {v}" for k, v in config.items()) + "; dropout 0, random weights"
+    )
+    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
+    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(
+        f"prompt {prompt_len} tokens (random ids, no padding), {new_tokens} new tokens per row, "
+        f"batch sizes {', '.join(map(str, args.batch_sizes))}; warmup {args.warmup}, repeats {args.repeats} "
+        f"(median reported)"
+    )
+    print(f"load average at the start (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    sys.stdout.flush()
+
+    results = {}  # contender -> {"path": str, "batch_<b>": {...}} or {"error": str}
+    runners = {}  # contender -> (generate, logits)
+
+    def fail(name, error):
+        results[name]["error"] = f"{type(error).__name__}: {error}"
+        results[name]["traceback"] = traceback.format_exc()
+        runners.pop(name, None)
+        print(f"\n[{name}] FAILED:\n{results[name]['traceback']}")
+        sys.stdout.flush()
+
+    # Build every contender first, then time them interleaved (round-robin,
+    # rotating who goes first) per batch size.
+    for name in contenders:
+        results[name] = {}
+        try:
+            keras.utils.set_random_seed(args.seed)
+            start = time.perf_counter()
+            if name == "transformers":
+                model, generate, logits, path = build_transformers(config, new_tokens)
+                params = sum(p.numel() for p in model.parameters())
+            elif name == "keras_hub":
+                model, generate, logits, path = build_keras_hub(config, new_tokens, args.jit_compile)
+                params = model.count_params()
+            else:
+                model, generate, logits, path = build_ours(config, new_tokens)
+                params = model.count_params()
+            results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))
+            runners[name] = (generate, logits)
+            print(f"[{name}] {params:,} parameters, built in {results[name]['build_s']:.1f}s; {path}")
+            sys.stdout.flush()
+        except Exception as error:  # report and go on with the other contenders
+            fail(name, error)
+        model = generate = logits = None
+        gc.collect()
+
+    for batch_size in args.batch_sizes:
+        key = f"batch_{batch_size}"
+        prompts = make_prompts(batch_size, prompt_len, config["vocabulary_size"], args.seed)
+        expected = batch_size * new_tokens
+
+        def run_once(name):
+            token_ids, valid = runners[name][0](prompts)
+            generated = count_new_tokens(token_ids, valid, prompts)
+            if generated != expected:
+                raise AssertionError(
+                    f"{name} generated {generated} new tokens, expected {batch_size} x {new_tokens} = {expected}"
+                )
+            return token_ids, generated
+
+        print(f"\n## batch {batch_size}")
+        for name in list(runners):
+            try:
+                start = time.perf_counter()
+                token_ids, generated = run_once(name)
+                first = time.perf_counter() - start
+                for _ in range(args.warmup - 1):
+                    run_once(name)
+                entry = results[name][key] = {
+                    "first_call_s": first, "generated_tokens": generated, "times_s": [], "cpu_s": []
+                }
+                line = (
+                    f"[{name}] batch {batch_size}: first call (compile/warm-up) {first:.2f}s; "
+                    f"generated {generated} new tokens (= {batch_size} x {new_tokens})"
+                )
+                if not args.no_greedy_check:
+                    checked, mismatches, worst = greedy_check(runners[name][1], token_ids, prompt_len)
+                    entry["greedy_check"] = {"checked": checked, "mismatches": mismatches, "max_gap": worst}
+                    if mismatches:
+                        raise AssertionError(
+                            f"{name}: {mismatches} of {checked} generated tokens are not the argmax of a full "
+                            f"forward over the output (largest logit gap {worst:.3g})"
+                        )
+                    line += f"; greedy check: {checked} argmax tokens (largest gap {worst:.1e})"
+                print(line)
+                sys.stdout.flush()
+            except Exception as error:
+                fail(name, error)
+        names = list(runners)
+        for repeat in range(args.repeats):
+            shift = repeat % max(len(names), 1)
+            for name in names[shift:] + names[:shift]:
+                if name not in runners:
+                    continue
+                try:
+                    cpu_start, start = time.process_time(), time.perf_counter()
+                    run_once(name)
+                    wall = time.perf_counter() - start
+                    cpu = time.process_time() - cpu_start
+                except Exception as error:
+                    fail(name, error)
+                    continue
+                results[name][key]["times_s"].append(wall)
+                results[name][key]["cpu_s"].append(cpu)
+        for name in runners:
+            entry = results[name][key]
+            entry["median_s"] = statistics.median(entry["times_s"])
+            entry["min_s"] = min(entry["times_s"])
+            entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+            entry["tokens_per_s_median"] = expected / entry["median_s"]
+            entry["tokens_per_s_best"] = expected / entry["min_s"]
+            print(
+                f"[{name}] batch {batch_size}: median {entry['median_s']:.3f} s "
+                f"({entry['tokens_per_s_median']:.1f} new tok/s), min {entry['min_s']:.3f} s, "
+                f"median process CPU {entry['cpu_median_s']:.3f} s over {len(entry['times_s'])}; "
+                f"all: {', '.join(f'{t:.3f}' for t in entry['times_s'])}"
+            )
+        sys.stdout.flush()
+        gc.collect()
+    runners.clear()
+
+    print(
+        f"\n## {label}: {shape_name}, prompt {prompt_len} + {new_tokens} new tokens, greedy, "
+        f"median of {args.repeats} (seconds per generate call)\n"
+    )
+    print(
+        "| contender | batch | median s | min s | CPU s | new tok/s (median) | new tok/s (best) "
+        "| ratio (median) | ratio (min) | ratio (paired) |"
+    )
+    print("|" + "---|" * 10)
+    ours = results.get("ours", {})
+    for batch_size in args.batch_sizes:
+        key = f"batch_{batch_size}"
+        for name, entry in results.items():
+            if "error" in entry or "median_s" not in entry.get(key, {}):
+                print(f"| {name} | {batch_size} | failed | - | - | - | - | - | - | - |")
+                continue
+            e = entry[key]
+            cells = [f"{e['median_s']:.3f}", f"{e['min_s']:.3f}", f"{e['cpu_median_s']:.3f}"]
+            cells += [f"{e['tokens_per_s_median']:.1f}", f"{e['tokens_per_s_best']:.1f}"]
+            if "error" not in ours and "median_s" in ours.get(key, {}):
+                cells.append(f"{e['median_s'] / ours[key]['median_s']:.2f}")
+                cells.append(f"{e['min_s'] / ours[key]['min_s']:.2f}")
+                e["paired_ratio"] = paired_ratio(e["times_s"], ours[key]["times_s"])
+                cells.append(f"{e['paired_ratio']:.2f}")
+            else:
+                cells += ["-", "-", "-"]
+            print(f"| {name} | {batch_size} | " + " | ".join(cells) + " |")
+    print(
+        "\nnew tok/s = batch x new tokens / wall time of one generate call (prompt pass included)."
+        "\nratio = contender / ours of the times (> 1: ours faster): of the medians, of the minima, and"
+        "\n'paired', the median over rounds of the per-round ratio (the contenders run back to back in"
+        "\neach round, so this one cancels load that changes between rounds). CPU s = median process"
+        "\nCPU time (all threads)."
+    )
+    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    if args.json:
+        payload = {
+            "backend": backend,
+            "label": label,
+            "cpu": cpu_model(),
+            "threads": args.threads,
+            "versions": versions(backend),
+            "model": config,
+            "gpt2_small": is_gpt2_small(config),
+            "batch_sizes": args.batch_sizes,
+            "prompt_len": prompt_len,
+            "new_tokens": new_tokens,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "jit_compile": args.jit_compile,
+            "load_average_end": os.getloadavg(),
+            "results": results,
+        }
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=2)
+    failed = [name for name, entry in results.items() if "error" in entry]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
