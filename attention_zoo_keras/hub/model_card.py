@@ -9,6 +9,10 @@ PIPELINE_TAGS = {
     "BertTextClassifier": "text-classification",
     "BertTextEmbedder": "sentence-similarity",
     "BertBackbone": "feature-extraction",
+    "GPTBackbone": "feature-extraction",
+    "GPTCausalLM": "text-generation",
+    "ViTBackbone": "image-feature-extraction",
+    "ViTImageClassifier": "image-classification",
 }
 
 

@@ -80,12 +80,13 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
 
 
 def write_preprocessor_files(preprocessor, directory):
-    """`preprocessor.json` and `tokenizer.json` into `directory`."""
+    """`preprocessor.json`, and `tokenizer.json` if it has a tokenizer, into `directory`."""
     _write_json(
         directory / PREPROCESSOR_FILE,
         {"library": PACKAGE, "library_version": __version__, **serialize(preprocessor)},
     )
-    preprocessor.tokenizer.save(directory / TOKENIZER_FILE)
+    if preprocessor.tokenizer is not None:
+        preprocessor.tokenizer.save(directory / TOKENIZER_FILE)
 
 
 def load_arrays(source):

@@ -14,3 +14,6 @@ from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt import GPTTokenizer
 from attention_zoo_keras.models.preprocessor import Preprocessor
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.models.vit import ViTBackbone
+from attention_zoo_keras.models.vit import ViTImageClassifier
+from attention_zoo_keras.models.vit import ViTImageConverter

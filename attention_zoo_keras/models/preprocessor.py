@@ -20,14 +20,14 @@ class Preprocessor:
 
     Called as `preprocessor(x, y=None, sample_weight=None)`, it returns what
     Keras expects from a dataset: `x`, `(x, y)` or `(x, y, sample_weight)`.
-    Subclasses set `tokenizer_cls` and `family` and implement `__call__`, `is_raw`,
-    `num_examples` and `get_config`.
+    Subclasses set `family` (and `tokenizer_cls` if they tokenize) and
+    implement `__call__`, `is_raw`, `num_examples` and `get_config`.
     """
 
     tokenizer_cls = None
     family = None
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer=None):
         self.tokenizer = tokenizer
 
     def is_raw(self, x):
@@ -47,9 +47,13 @@ class Preprocessor:
         return cls(**config)
 
     @classmethod
-    def _accepted(cls, config):
+    def _build(cls, tokenizer, config):
+        """`cls` from the settings it accepts (and its tokenizer, if it has one)."""
         parameters = inspect.signature(cls.__init__).parameters
-        return {key: value for key, value in config.items() if key in parameters}
+        accepted = {key: value for key, value in config.items() if key in parameters}
+        if cls.tokenizer_cls is None:
+            return cls(**accepted)
+        return cls(tokenizer=tokenizer, **accepted)
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -67,23 +71,26 @@ class Preprocessor:
         config = source.config()
         if not is_native(config):
             converter = converter_for(config, source.description)
-            tokenizer = converter.tokenizer(source, config)
+            tokenizer = converter.tokenizer(source, config) if cls.tokenizer_cls else None
             settings = converter.preprocessor_config(source, config)
-            return cls(tokenizer=tokenizer, **cls._accepted({**settings, **kwargs}))
-        tokenizer_path = source.file(TOKENIZER_FILE)
-        if tokenizer_path is None:
-            raise PresetFileError(
-                f"Preset '{source.description}' has no '{TOKENIZER_FILE}', so no preprocessor "
-                "can be built from it; pass `preprocessor=` yourself."
-            )
-        tokenizer = cls.tokenizer_cls.from_file(tokenizer_path)
+            return cls._build(tokenizer, {**settings, **kwargs})
+        tokenizer = None
+        if cls.tokenizer_cls is not None:
+            tokenizer_path = source.file(TOKENIZER_FILE)
+            if tokenizer_path is None:
+                raise PresetFileError(
+                    f"Preset '{source.description}' has no '{TOKENIZER_FILE}', so no preprocessor "
+                    "can be built from it; pass `preprocessor=` yourself."
+                )
+            tokenizer = cls.tokenizer_cls.from_file(tokenizer_path)
         data = source.json(PREPROCESSOR_FILE, required=False) or {"config": {}}
         if "class_name" in data:
             registered_class(data["class_name"], source=f"{PREPROCESSOR_FILE} of '{source.description}'")
-        return cls(tokenizer=tokenizer, **cls._accepted({**data["config"], **kwargs}))
+        return cls._build(tokenizer, {**data["config"], **kwargs})
 
     def save_to_preset(self, directory):
-        """Writes `preprocessor.json` and `tokenizer.json` into `directory`.
+        """Writes `preprocessor.json` (and `tokenizer.json`, if it has a
+        tokenizer) into `directory`.
 
         The files are written beside each other in a temporary folder first and
         then moved in, so a failure leaves the directory as it was.
@@ -93,4 +100,5 @@ class Preprocessor:
         with tempfile.TemporaryDirectory(dir=directory, prefix=".preprocessor.") as staging:
             write_preprocessor_files(self, Path(staging))
             for name in (PREPROCESSOR_FILE, TOKENIZER_FILE):
-                os.replace(Path(staging) / name, directory / name)
+                if (Path(staging) / name).exists():
+                    os.replace(Path(staging) / name, directory / name)

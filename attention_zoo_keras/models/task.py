@@ -44,6 +44,9 @@ class Task(ValidatesInputs, keras.Model):
 
     backbone_cls = Backbone
     preprocessor_cls = None
+    # `from_preset` arguments that configure the backbone and the
+    # preprocessor together (not the task).
+    shared_preset_arguments = ()
     presets = FamilyPresets()
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
@@ -141,16 +144,19 @@ class Task(ValidatesInputs, keras.Model):
             preprocessor: `"auto"` builds it from the preset; `None` attaches
                 none; or pass one.
             **kwargs: task arguments (e.g. `num_classes=2`); `dtype` is also
-                passed to the backbone.
+                passed to the backbone, and the names in
+                `shared_preset_arguments` (e.g. a ViT's `image_size`) go to
+                the backbone and the preprocessor only.
 
         A head whose weights are absent from the preset (e.g. a classifier on
         a pretrained encoder) starts from its initializer.
         """
         source = PresetSource.of(preset, family=cls.backbone_cls.family)
+        shared = {key: kwargs.pop(key) for key in cls.shared_preset_arguments if key in kwargs}
         backbone_overrides = {"dtype": kwargs["dtype"]} if "dtype" in kwargs else {}
-        backbone, optional_keys = cls.backbone_cls._build_from_source(source, **backbone_overrides)
+        backbone, optional_keys = cls.backbone_cls._build_from_source(source, **backbone_overrides, **shared)
         if preprocessor == "auto":
-            preprocessor = cls.preprocessor_cls.from_preset(source) if cls.preprocessor_cls else None
+            preprocessor = cls.preprocessor_cls.from_preset(source, **shared) if cls.preprocessor_cls else None
         arguments = {**cls._preset_task_arguments(source), **kwargs}
         task = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
         if load_weights:

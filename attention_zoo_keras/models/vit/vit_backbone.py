@@ -1,0 +1,298 @@
+"""The Vision Transformer (Dosovitskiy et al., 2021, "An Image is Worth 16x16
+Words: Transformers for Image Recognition at Scale"): a pre-norm Transformer
+encoder over a class token and the image's patches.
+
+    z_0 = Dropout([x_class; x_p^1 E; …; x_p^N E] + E_pos)
+    z_l = z_{l-1} + MSA(LN(z_{l-1}));  z_l += MLP(LN(z_l)),   l = 1..L
+    out = LN(z_L);   pooled = tanh(W_p out_0 + b_p)  (optional)
+
+The pooler is `transformers`' `ViTPooler`; the paper classifies from
+LN(z_L)_0 directly, as `ViTForImageClassification` does.
+"""
+
+import collections
+import logging
+
+import keras
+import numpy as np
+from keras import ops
+
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.weights import Checkpoint
+from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
+from attention_zoo_keras.layers.patch_embedding import as_pair
+from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
+from attention_zoo_keras.models.backbone import Backbone
+from attention_zoo_keras.models.vit.vit_position_embedding import ViTPositionEmbedding
+from attention_zoo_keras.models.vit.vit_position_embedding import resize_patch_positions
+from attention_zoo_keras.registration import register
+
+logger = logging.getLogger(__name__)
+
+
+@register
+class ClassToken(keras.layers.Layer):
+    """Prepends one learned vector to every sequence: `[x_class; z_1; …; z_N]`.
+
+    Args:
+        initializer: initializer of the token (weight `embedding`, `(dim,)`).
+
+    Call args:
+        inputs: `(batch, length, dim)`.
+
+    Returns:
+        `(batch, 1 + length, dim)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(ClassToken()(np.zeros((2, 5, 8), "float32")).shape)
+    (2, 6, 8)
+    """
+
+    def __init__(self, initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape):
+        self.embedding = self.add_weight(name="embedding", shape=(input_shape[-1],), initializer=self.initializer)
+
+    def call(self, inputs):
+        batch, dim = ops.shape(inputs)[0], ops.shape(inputs)[-1]
+        token = ops.broadcast_to(ops.cast(self.embedding, self.compute_dtype), (batch, 1, dim))
+        return ops.concatenate([token, inputs], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        length = None if input_shape[1] is None else input_shape[1] + 1
+        return (input_shape[0], length, input_shape[2])
+
+    def get_config(self):
+        config = super().get_config()
+        config["initializer"] = keras.initializers.serialize(self.initializer)
+        return config
+
+
+@register
+class ViTBackbone(Backbone):
+    """The ViT encoder: patch embedding, class token, learned position
+    embeddings, pre-norm Transformer blocks, a final layer norm and, if
+    `use_pooler`, `transformers`' tanh pooler.
+
+    Args:
+        image_size: input height and width, an int or a `(height, width)` pair.
+        patch_size: patch height and width, an int or a pair.
+        num_channels: channels of the input images.
+        num_layers: number of encoder blocks.
+        num_heads: attention heads per block.
+        hidden_dim: width of the hidden states.
+        intermediate_dim: feed-forward width.
+        dropout: dropout on embeddings and residual branches.
+        attention_dropout: dropout on attention probabilities.
+        layer_norm_epsilon: epsilon of every layer norm.
+        activation: feed-forward activation (`"gelu"` is the exact GELU).
+        attention: attention mechanism name (see
+            `attention.mechanism_names()`), `"softmax"` for ViT.
+        use_pooler: add `pooled_output = tanh(Dense(class token))`.
+        initializer_range: standard deviation of the truncated-normal init.
+        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+
+    Inputs: a dict with one entry, `images`: float `(batch, height, width,
+    channels)`, channels last, already rescaled and normalised — a dict like
+    every backbone's, so a preprocessor's features feed it unchanged and
+    concrete inputs are checked. Outputs: a dict of `sequence_output`
+    `(batch, 1 + num_patches, hidden_dim)` (the class token first, then the
+    patches in row-major order) and, with `use_pooler`, `pooled_output`
+    `(batch, hidden_dim)`.
+
+    `ViTBackbone.from_preset(preset, image_size=384)` builds the model for
+    another resolution and resizes the checkpoint's patch position grid
+    bicubically (the class position kept), as `transformers`'
+    `interpolate_pos_encoding=True` does; `get_config()` then reports the new
+    size and a saved preset reloads at it.
+
+    Example:
+
+    >>> import numpy as np
+    >>> backbone = ViTBackbone(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+    ...                        hidden_dim=16, intermediate_dim=32, use_pooler=True)
+    >>> out = backbone({"images": np.zeros((1, 32, 32, 3), "float32")})
+    >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
+    ((1, 17, 16), (1, 16))
+    """
+
+    family = "vit"
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        num_channels=3,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        dropout=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        activation="gelu",
+        attention="softmax",
+        use_pooler=False,
+        initializer_range=0.02,
+        dtype=None,
+        **kwargs,
+    ):
+        image_size = as_pair(image_size, "image_size")
+        patch_size = as_pair(patch_size, "patch_size")
+        if image_size[0] < patch_size[0] or image_size[1] < patch_size[1]:
+            raise ValueError(
+                f"image_size {image_size} is smaller than patch_size {patch_size}: an image must "
+                "hold at least one patch."
+            )
+        grid_size = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
+        initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
+        patch_embedding = PatchEmbedding(
+            patch_size, hidden_dim, kernel_initializer=clone_initializer(initializer),
+            dtype=dtype, name="patch_embedding",
+        )
+        class_token = ClassToken(initializer=clone_initializer(initializer), dtype=dtype, name="class_token")
+        position_embedding = ViTPositionEmbedding(
+            grid_size, hidden_dim, initializer=clone_initializer(initializer),
+            dtype=dtype, name="position_embedding",
+        )
+        embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
+        blocks = [
+            TransformerEncoderBlock(
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                activation=activation,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
+                norm_first=True,
+                attention=attention,
+                kernel_initializer=clone_initializer(initializer),
+                dtype=dtype,
+                name=f"transformer_layer_{index}",
+            )
+            for index in range(num_layers)
+        ]
+        final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        pooler = None
+        if use_pooler:
+            pooler = keras.layers.Dense(
+                hidden_dim, activation="tanh", kernel_initializer=clone_initializer(initializer),
+                dtype=dtype, name="pooler",
+            )
+
+        images = keras.Input(shape=(*image_size, num_channels), name="images")
+        x = class_token(patch_embedding(images))
+        x = embeddings_dropout(x + position_embedding(x))
+        for block in blocks:
+            x = block(x)
+        x = final_norm(x)
+        outputs = {"sequence_output": x}
+        if pooler is not None:
+            outputs["pooled_output"] = pooler(x[:, 0, :])
+
+        super().__init__(inputs={"images": images}, outputs=outputs, dtype=dtype, **kwargs)
+        self.patch_embedding = patch_embedding
+        self.class_token = class_token
+        self.position_embedding = position_embedding
+        self.transformer_layers = blocks
+        self.final_norm = final_norm
+        self.pooler = pooler
+        self.grid_size = grid_size
+        self.image_size = image_size
+        self.patch_size = patch_size
+        self.num_channels = num_channels
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+        self.attention = attention
+        self.use_pooler = use_pooler
+        self.initializer_range = initializer_range
+
+    def validate_inputs(self, inputs):
+        if "images" not in inputs:
+            raise ValueError(f"ViTBackbone takes a dict with the key 'images'; got the keys {sorted(inputs)}.")
+        shape = tuple(None if size is None else int(size) for size in np.shape(inputs["images"]))
+        if len(shape) != 4:
+            raise ValueError(
+                f"'images' must be a batch shaped (batch, height, width, channels); got shape {shape}."
+            )
+        if shape[3] != self.num_channels:
+            hint = ""
+            if shape[1] == self.num_channels:
+                hint = " It looks channels-first; transpose it to (batch, height, width, channels)."
+            raise ValueError(
+                f"'images' of shape {shape} has {shape[3]} channels (the last axis), but this "
+                f"ViTBackbone takes {self.num_channels}.{hint}"
+            )
+        if shape[1:3] != self.image_size:
+            raise ValueError(
+                f"'images' are {shape[1:3]} (height, width), but this ViTBackbone was built for "
+                f"{self.image_size} images. Resize them, or build the backbone for this size: "
+                f"ViTBackbone.from_preset(preset, image_size={shape[1:3]}) interpolates the "
+                "position embeddings."
+            )
+
+    @classmethod
+    def _build_from_source(cls, source, **kwargs):
+        """`Backbone._build_from_source`; a `transformers` checkpoint gets a
+        pooler exactly when its weights hold one (`ViTModel` saves one unless
+        built with `add_pooling_layer=False`; `ViTForImageClassification`
+        has none)."""
+        config = source.config()
+        if "use_pooler" not in kwargs and not is_native(config):
+            converter = converter_for(config, source.description)
+            if issubclass(converter.backbone_cls, ViTBackbone):
+                kwargs["use_pooler"] = converter.has_pooler(config, Checkpoint(source))
+        return super()._build_from_source(source, **kwargs)
+
+    def assign_arrays(self, arrays, source_description, optional_keys=()):
+        """`Backbone.assign_arrays`; a checkpoint's patch position grid of
+        another size (a model built with another `image_size`) is resized to
+        this model's grid by `resize_patch_positions`."""
+        key = self.position_embedding.patch_positions.path
+        if key in arrays:
+            positions = arrays[key]
+            shape = tuple(positions.shape)
+            if len(shape) == 3 and shape[2] == self.hidden_dim and shape[:2] != self.grid_size:
+                logger.info(
+                    "Resizing the patch position embeddings of '%s' from a %s grid to %s.",
+                    source_description,
+                    shape[:2],
+                    self.grid_size,
+                )
+                resized = resize_patch_positions(positions, self.grid_size)
+                arrays = collections.ChainMap({key: resized}, arrays)
+        super().assign_arrays(arrays, source_description, optional_keys)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "image_size": self.image_size,
+                "patch_size": self.patch_size,
+                "num_channels": self.num_channels,
+                "num_layers": self.num_layers,
+                "num_heads": self.num_heads,
+                "hidden_dim": self.hidden_dim,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "activation": self.activation,
+                "attention": self.attention,
+                "use_pooler": self.use_pooler,
+                "initializer_range": self.initializer_range,
+            }
+        )
+        return config
