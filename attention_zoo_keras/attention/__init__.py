@@ -1,6 +1,16 @@
-"""The attention zoo: one file per mechanism, pure functions on `keras.ops`."""
+"""The attention zoo: one file per mechanism, pure functions on `keras.ops`.
 
+>>> from attention_zoo_keras import attention
+>>> "linear" in attention.mechanism_names() and attention.get("softmax") is attention.softmax_attention
+True
+"""
+
+from attention_zoo_keras.attention.linear import causal_linear_attention
+from attention_zoo_keras.attention.linear import linear_attention
+from attention_zoo_keras.attention.linear import linear_attention_initial_state
+from attention_zoo_keras.attention.linear import linear_attention_step
 from attention_zoo_keras.attention.registry import get_mechanism
+from attention_zoo_keras.attention.registry import get_mechanism as get
 from attention_zoo_keras.attention.registry import mechanism_names
 from attention_zoo_keras.attention.registry import register_mechanism
 from attention_zoo_keras.attention.softmax import causal_mask
