@@ -5,6 +5,7 @@
 True
 """
 
+from attention_zoo_keras.attention.additive import additive_attention
 from attention_zoo_keras.attention.linear import causal_linear_attention
 from attention_zoo_keras.attention.linear import linear_attention
 from attention_zoo_keras.attention.linear import linear_attention_initial_state
@@ -13,5 +14,7 @@ from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.attention.registry import get_mechanism as get
 from attention_zoo_keras.attention.registry import mechanism_names
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.relative import relative_attention
+from attention_zoo_keras.attention.relative import skewed_relative_logits
 from attention_zoo_keras.attention.softmax import causal_mask
 from attention_zoo_keras.attention.softmax import softmax_attention
