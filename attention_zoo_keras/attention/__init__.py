@@ -10,6 +10,8 @@ from attention_zoo_keras.attention.linear import causal_linear_attention
 from attention_zoo_keras.attention.linear import linear_attention
 from attention_zoo_keras.attention.linear import linear_attention_initial_state
 from attention_zoo_keras.attention.linear import linear_attention_step
+from attention_zoo_keras.attention.local import local_attention
+from attention_zoo_keras.attention.local import local_attention_2d
 from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.attention.registry import get_mechanism as get
 from attention_zoo_keras.attention.registry import mechanism_names
@@ -18,3 +20,5 @@ from attention_zoo_keras.attention.relative import relative_attention
 from attention_zoo_keras.attention.relative import skewed_relative_logits
 from attention_zoo_keras.attention.softmax import causal_mask
 from attention_zoo_keras.attention.softmax import softmax_attention
+from attention_zoo_keras.attention.sparse import sparse_attention
+from attention_zoo_keras.attention.sparse import sparse_mask

@@ -1,0 +1,333 @@
+"""Sparse factorised attention — Child, Gray, Radford and Sutskever, 2019,
+"Generating Long Sequences with Sparse Transformers", §4.2–4.3.
+
+Softmax attention in which query `i` attends only to a set `S_i` of keys:
+
+    O_i = Σ_{j ∈ S_i} softmax_j(q_i·k_j / √d) v_j
+
+`S_i` is built from two factor patterns `A⁽¹⁾` ("a") and `A⁽²⁾` ("b") with
+stride `l` (chosen near √L in the paper), each intersected with `j ≤ i`
+(the Sparse Transformer is autoregressive):
+
+* `pattern="strided"` (§4.2, images and other data with a periodic
+  structure):
+      A⁽¹⁾_i = { t, t+1, …, i },  t = max(0, i − l)   — the previous l positions
+      A⁽²⁾_i = { j : (i − j) mod l = 0 }               — every l-th position back
+  (the formula's `A⁽¹⁾` has l + 1 elements; OpenAI's reference code uses the
+  band i − l < j ≤ i. The difference, j = i − l, lies in `A⁽²⁾`, so the
+  merged pattern is the same either way.)
+* `pattern="fixed"` (§4.2, text):
+      A⁽¹⁾_i = { j : ⌊j/l⌋ = ⌊i/l⌋ }                   — the query's own block
+      A⁽²⁾_i = { j : j mod l ∈ {l − c, …, l − 1} }     — the last c cells of every
+                                                         block, the "summary" cells
+  with `1 ≤ c ≤ l` (the paper uses c ∈ {8, 16, 32} for l ∈ {128, 256}). With
+  `j ≤ i`, `A⁽²⁾` holds the summary cells of every earlier block and those of
+  the query's own block up to the query.
+
+`combine` chooses how the factors become heads (§4.3):
+
+* `"merged"` (default): every head attends to `A⁽¹⁾ ∪ A⁽²⁾` ("merged head"
+  attention).
+* `"heads"`: the factors alternate over heads — head `h` attends to
+  `A⁽¹⁾` for even `h` and `A⁽²⁾` for odd `h` (the multi-head variant with
+  separate patterns per head).
+* `"a"` / `"b"`: only `A⁽¹⁾` / only `A⁽²⁾` in every head. Interleaving the
+  factors over residual blocks (eq. 2, `attend(X, A^(r mod p))`) is
+  `combine="a"` in even layers and `"b"` in odd ones.
+
+`sparse_mask(length, pattern, stride, c)` returns these sets as a dense
+boolean matrix.
+
+**Non-causal use** (`is_causal=False`) is an extension, not in the paper:
+the same sets without `j ≤ i`, the strided window made symmetric,
+`|i − j| ≤ l`. Fixed is then "own block ∪ the summary cells of all blocks".
+
+**Computation: blockwise, not a masked L×L matrix.** The sequence is cut
+into blocks of `l` positions (padded at the end, padded keys masked) and
+each query block's keys are assembled in two parts whose logits are
+concatenated into one softmax:
+
+* near keys — strided: the previous and current block (and the next when
+  non-causal), which hold `A⁽¹⁾_i`; fixed: the query's own block;
+* far keys — strided: the query's column `j ≡ i (mod l)` of the sequence
+  read as an `(L/l) × l` matrix, i.e. a second attention along the
+  transposed axis; fixed: the `c` summary cells of every block.
+
+A far key that is also a near key is masked in the far part, so no key is
+counted twice. Cost per head and batch element: strided O(L·(2l + L/l))
+time·d and memory — O(L·√L) at l ≈ √L; fixed O(L·(l + c·L/l)). The far
+logits are computed for every block, including the masked future, so the
+constant is about twice the minimum; there is no block-sparse kernel.
+
+**Masks.** `attention_mask` (boolean, broadcastable to `(B, N, T, S)`) is
+intersected with the pattern. A key-padding mask is gathered per key slot;
+a general (query, key) mask the same way from its entries inside the
+pattern's parts (entries outside have no effect).
+
+**Empty sets.** A query whose set is empty — with `combine="heads"` or
+`"b"` and the fixed pattern, the positions of the first block before its
+first summary cell; or any row emptied by `attention_mask` — attends to
+nothing and outputs 0 (softmax over an empty set is undefined; a uniform
+average over masked slots would mix in future keys).
+
+**Dropout.** The probabilities are computed explicitly (this is an einsum
+path on every backend) and dropped out with `keras.random.dropout` — the
+same as `softmax_attention`'s einsum path. There is no fused kernel, on
+torch either.
+
+**Restrictions.** Self-attention only: query and key lengths must be equal.
+Decoding against a key/value cache: use `softmax_attention` with rows of
+`sparse_mask`.
+"""
+
+import math
+
+import numpy as np
+from keras import ops
+from keras import random
+
+from attention_zoo_keras.attention.local import _blocks_with_neighbours
+from attention_zoo_keras.attention.local import _check_self_attention
+from attention_zoo_keras.attention.local import _gather_mask
+from attention_zoo_keras.attention.local import _length
+from attention_zoo_keras.attention.local import _mask_4d
+from attention_zoo_keras.attention.local import _num_blocks
+from attention_zoo_keras.attention.local import _pad_length
+from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.softmax import _masked_logit
+from attention_zoo_keras.naming import did_you_mean
+
+PATTERNS = ("strided", "fixed")
+COMBINES = ("merged", "heads", "a", "b")
+DEFAULT_STRIDE = 128
+DEFAULT_SUMMARY = 8
+
+
+def _check_arguments(pattern, stride, c, combine):
+    if pattern not in PATTERNS:
+        raise ValueError(
+            f"Unknown sparse attention pattern '{pattern}'.{did_you_mean(pattern, PATTERNS)} "
+            f"Known patterns: {', '.join(PATTERNS)}."
+        )
+    if combine not in COMBINES:
+        raise ValueError(
+            f"Unknown way to combine sparse attention patterns '{combine}'.{did_you_mean(combine, COMBINES)} "
+            f"Known: {', '.join(COMBINES)} (merged: the union in every head; heads: A in even heads, "
+            "B in odd heads; a / b: one factor only)."
+        )
+    if not isinstance(stride, (int, np.integer)) or stride < 1:
+        raise ValueError(f"stride must be a positive integer; got {stride!r}.")
+    if pattern == "fixed" and (not isinstance(c, (int, np.integer)) or not 1 <= c <= stride):
+        raise ValueError(f"The fixed pattern needs 1 ≤ c ≤ stride ({stride}); got c={c!r}.")
+
+
+def _factors(pattern, query_position, key_position, stride, c, is_causal, xp=ops):
+    """Boolean `(A⁽¹⁾, A⁽²⁾)` membership of `key_position` for `query_position`
+    (integer arrays broadcast against each other; `xp` is `keras.ops`, or
+    `numpy` for static positions)."""
+    if pattern == "strided":
+        distance = query_position - key_position
+        first = xp.abs(distance) <= stride
+        second = xp.mod(distance, stride) == 0
+    else:
+        first = xp.floor_divide(query_position, stride) == xp.floor_divide(key_position, stride)
+        second = xp.mod(key_position, stride) >= stride - c
+    if is_causal:
+        earlier = key_position <= query_position
+        first, second = xp.logical_and(first, earlier), xp.logical_and(second, earlier)
+    return first, second
+
+
+def _combined(first, second, combine, num_heads, xp=ops):
+    """The pattern per `combine`; with `"heads"`, a leading head axis."""
+    if combine == "merged":
+        return xp.logical_or(first, second)
+    if combine == "a":
+        return first
+    if combine == "b":
+        return second
+    head_uses_first = xp.mod(xp.arange(num_heads), 2) == 0
+    head_uses_first = xp.reshape(head_uses_first, (num_heads,) + (1,) * len(first.shape))
+    return xp.where(head_uses_first, first[None], second[None])
+
+
+def sparse_mask(
+    length,
+    pattern="strided",
+    stride=DEFAULT_STRIDE,
+    c=DEFAULT_SUMMARY,
+    combine="merged",
+    is_causal=True,
+    num_heads=2,
+):
+    """The dense boolean attention pattern of `sparse_attention`.
+
+    Args:
+        length: sequence length `L`.
+        pattern: `"strided"` or `"fixed"` (see the module docstring).
+        stride: `l`.
+        c: summary cells per block (`"fixed"` only).
+        combine: `"merged"` (A⁽¹⁾ ∪ A⁽²⁾), `"a"`, `"b"` → `(L, L)`;
+            `"heads"` → `(num_heads, L, L)`, head `h` using A⁽¹⁾ if `h` is
+            even, A⁽²⁾ if odd.
+        is_causal: intersect with `j ≤ i` (the paper's setting).
+        num_heads: number of heads for `combine="heads"`.
+
+    Returns:
+        A boolean tensor, `True` where query `i` (row) may attend to key `j`.
+        O(L²) memory: for tests, visualisation and decoding against a
+        key/value cache, not for the forward pass.
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(sparse_mask(5, "strided", stride=2)).astype(int)
+    array([[1, 0, 0, 0, 0],
+           [1, 1, 0, 0, 0],
+           [1, 1, 1, 0, 0],
+           [0, 1, 1, 1, 0],
+           [1, 0, 1, 1, 1]])
+    """
+    _check_arguments(pattern, stride, c, combine)
+    positions = ops.arange(length)
+    first, second = _factors(pattern, positions[:, None], positions[None, :], stride, c, is_causal)
+    first, second = (ops.broadcast_to(factor, (length, length)) for factor in (first, second))
+    return _combined(first, second, combine, num_heads)
+
+
+@register_mechanism("sparse")
+def sparse_attention(
+    query,
+    key,
+    value,
+    attention_mask=None,
+    is_causal=False,
+    dropout_rate=0.0,
+    training=False,
+    seed_generator=None,
+    pattern="strided",
+    stride=DEFAULT_STRIDE,
+    c=DEFAULT_SUMMARY,
+    combine="merged",
+    scale=None,
+):
+    """Sparse Transformer attention over `(batch, length, num_heads, head_dim)` tensors.
+
+    Equal to softmax attention under `sparse_mask(L, pattern, stride, c,
+    combine, is_causal, num_heads)` (intersected with `attention_mask`),
+    computed blockwise; see the module docstring. Pass `is_causal=True` for
+    the paper's autoregressive patterns.
+
+    Args:
+        query: `(B, L, N, D)`.
+        key: `(B, L, N, D)` (self-attention: the same length as `query`).
+        value: `(B, L, N, M)`.
+        attention_mask: boolean, broadcastable to `(B, N, L, L)`;
+            intersected with the pattern.
+        is_causal: intersect the pattern with `j ≤ i` (the paper's setting);
+            without it, the non-causal extension of the module docstring.
+        dropout_rate: dropout on the attention probabilities while training.
+        training: whether dropout is active.
+        seed_generator: a `keras.random.SeedGenerator` for the dropout.
+        pattern: `"strided"` or `"fixed"`.
+        stride: `l`, the block length and stride (the paper: about √L).
+        c: summary cells at the end of each block (`"fixed"` only).
+        combine: `"merged"`, `"heads"`, `"a"` or `"b"`.
+        scale: logit scale; defaults to `1 / sqrt(D)`.
+
+    Returns:
+        `(B, L, N, M)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> q = np.random.rand(2, 10, 4, 8).astype("float32")
+    >>> tuple(sparse_attention(q, q, q, is_causal=True, pattern="fixed", stride=4, c=1).shape)
+    (2, 10, 4, 8)
+    """
+    _check_arguments(pattern, stride, c, combine)
+    _check_self_attention(query, key, value, "Sparse")
+    length = _length(query)
+    num_blocks = _num_blocks(length, stride)
+    padding = num_blocks * stride - length
+    batch = ops.shape(query)[0]
+    num_heads, depth, value_depth = query.shape[2], query.shape[3], value.shape[3]
+    if scale is None:
+        scale = 1.0 / math.sqrt(depth)
+
+    query_blocks = ops.reshape(_pad_length(query, padding), (batch, -1, stride, num_heads, depth))
+    key, value = _pad_length(key, padding), _pad_length(value, padding)
+    # Positions and pattern masks: numpy constants for a static length (built
+    # once when traced), keras.ops for a dynamic one.
+    xp = np if isinstance(length, int) else ops
+    block_index = xp.arange(num_blocks)[:, None, None]
+    query_position = block_index * stride + xp.arange(stride)[None, :, None]  # (blocks, l, 1)
+    last = length - 1
+    user = None if attention_mask is None else _mask_4d(attention_mask, length, length)
+
+    def visible(key_position, near_blocks=None):
+        """The pattern ∧ key inside the sequence ∧ the user's mask; with
+        `near_blocks = (first, last)` block offsets, keys of the near part
+        are excluded (they are counted there)."""
+        first, second = _factors(pattern, query_position, key_position, stride, c, is_causal, xp)
+        mask = _combined(first, second, combine, num_heads, xp)
+        mask = xp.logical_and(mask, xp.logical_and(key_position >= 0, key_position < length))
+        if near_blocks is not None:
+            key_block = xp.floor_divide(key_position, stride)
+            near = xp.logical_and(key_block >= block_index + near_blocks[0], key_block <= block_index + near_blocks[1])
+            mask = xp.logical_and(mask, xp.logical_not(near))
+        if user is not None:
+            gathered = _gather_mask(user, ops.minimum(query_position, last), ops.clip(key_position, 0, last))
+            mask = ops.logical_and(gathered, mask)
+        return mask
+
+    masked = _masked_logit(query_blocks.dtype)
+
+    # Near part: the query's block and its neighbours.
+    left, right = (1, 0 if is_causal else 1) if pattern == "strided" else (0, 0)
+    near_key = _blocks_with_neighbours(key, num_blocks, stride, left, right)  # (B, blocks, W, N, D)
+    near_value = _blocks_with_neighbours(value, num_blocks, stride, left, right)
+    near_width = (left + right + 1) * stride
+    near_position = (block_index - left) * stride + xp.arange(near_width)[None, None, :]  # (blocks, 1, W)
+    near_logits = ops.einsum("bkinh,bkjnh->bnkij", query_blocks, near_key)
+    scale = ops.cast(scale, near_logits.dtype)
+    near_mask = visible(near_position)
+    logits = [ops.where(near_mask, near_logits * scale, masked)]
+    mask_ops = xp if user is None else ops  # the user's mask is a tensor
+    any_visible = mask_ops.any(near_mask, axis=-1, keepdims=True)
+
+    # Far part: the query's column (strided) or the summary cells (fixed).
+    use_far = combine != "a"  # A⁽¹⁾ lies inside the near part
+    if use_far:
+        key_blocks = ops.reshape(key, (batch, -1, stride, num_heads, depth))
+        value_blocks = ops.reshape(value, (batch, -1, stride, num_heads, value_depth))
+        if pattern == "strided":
+            far_position = xp.arange(num_blocks)[None, None, :] * stride + xp.arange(stride)[None, :, None]
+            far_logits = ops.einsum("bkrnh,bprnh->bnkrp", query_blocks, key_blocks)  # (B, N, blocks, l, blocks)
+            far_value = value_blocks
+        else:
+            far_key = ops.reshape(key_blocks[:, :, stride - c :], (batch, -1, num_heads, depth))
+            far_value = ops.reshape(value_blocks[:, :, stride - c :], (batch, -1, num_heads, value_depth))
+            cell = xp.arange(num_blocks * c)
+            far_position = (xp.floor_divide(cell, c) * stride + stride - c + xp.mod(cell, c))[None, None, :]
+            far_logits = ops.einsum("bkinh,bsnh->bnkis", query_blocks, far_key)  # (B, N, blocks, l, blocks·c)
+        far_mask = visible(far_position, (-left, right))
+        logits.append(ops.where(far_mask, far_logits * scale, masked))
+        any_visible = mask_ops.logical_or(any_visible, mask_ops.any(far_mask, axis=-1, keepdims=True))
+
+    logits = ops.concatenate(logits, axis=-1)
+    probabilities = ops.softmax(logits, axis=-1)
+    # A query with an empty set attends to nothing: output 0 (not a uniform
+    # average over masked slots, which would include future keys).
+    probabilities = ops.where(any_visible, probabilities, ops.zeros((), probabilities.dtype))
+    if training and dropout_rate > 0.0:
+        probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
+    output = ops.einsum("bnkij,bkjnh->bkinh", probabilities[..., :near_width], near_value)
+    if use_far:
+        far_probabilities = probabilities[..., near_width:]
+        if pattern == "strided":
+            output = output + ops.einsum("bnkrp,bprnh->bkrnh", far_probabilities, far_value)
+        else:
+            output = output + ops.einsum("bnkis,bsnh->bkinh", far_probabilities, far_value)
+    output = ops.reshape(output, (batch, -1, num_heads, value_depth))
+    return output[:, :length]
