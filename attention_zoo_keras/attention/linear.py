@@ -51,6 +51,12 @@ dropout rate to 0 for linear attention (residual dropout is unaffected).
 float16/bfloat16/float32 inputs (float64 inputs stay float64); the output
 has the query's dtype. The recurrent state should be kept in float32.
 
+**Decoding.** `RecurrentState` (registered as the "linear" decoding, see
+`registry.DecodingCache`) makes the state `(S, z)` a layer's decoding cache:
+a multi-token prefill runs `causal_linear_attention(..., initial_state,
+return_state=True)`, each later token `linear_attention_step`. The cache has
+no `max_length` dimension, and every position must be fed exactly once.
+
 **Feature maps** are pluggable by name (`feature_map_names()`; register more
 with `register_feature_map`) or as any callable mapping `(..., d)` to
 `(..., d')` elementwise or not (the state's key dimension is then d').
@@ -59,6 +65,8 @@ with `register_feature_map`) or as any callable mapping `(..., d)` to
 import keras
 from keras import ops
 
+from attention_zoo_keras.attention.registry import DecodingCache
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 from attention_zoo_keras.naming import did_you_mean
 
@@ -188,6 +196,18 @@ def _features(query, key, value, feature_map, attention_mask):
 def _normalised(numerator, denominator, eps):
     """numerator / (denominator + eps), as in the reference code."""
     return numerator / ops.expand_dims(denominator + ops.cast(eps, denominator.dtype), -1)
+
+
+def check_no_attention_dropout(dropout_rate, training=True):
+    """Raises `ValueError` if attention dropout would be applied (see the
+    module docstring: linear attention has no probabilities to drop)."""
+    if dropout_rate and dropout_rate > 0.0 and training:
+        raise ValueError(
+            f"Linear attention has no attention probabilities to drop out (got dropout_rate="
+            f"{dropout_rate} while training); Katharopoulos et al. (2020) use no attention "
+            "dropout. Set the attention dropout rate to 0 for attention='linear' (e.g. "
+            "attention_dropout=0.0); residual dropout is unaffected."
+        )
 
 
 def _check_state(state, name="state"):
@@ -329,13 +349,7 @@ def linear_attention(
     (2, 5, 4, 8)
     """
     del seed_generator
-    if dropout_rate and dropout_rate > 0.0 and training:
-        raise ValueError(
-            f"Linear attention has no attention probabilities to drop out (got dropout_rate="
-            f"{dropout_rate} while training); Katharopoulos et al. (2020) use no attention "
-            "dropout. Set the attention dropout rate to 0 for attention='linear' (e.g. "
-            "attention_dropout=0.0); residual dropout is unaffected."
-        )
+    check_no_attention_dropout(dropout_rate, training)
     _check_lengths(query, key, value, is_causal)
     phi_query, phi_key, value_ = _features(query, key, value, feature_map, attention_mask)
     if is_causal:
@@ -460,3 +474,111 @@ def linear_attention_step(
     output = ops.expand_dims(_normalised(numerator, denominator, eps), 1)
     new_state = (ops.cast(state_matrix, state_dtype), ops.cast(normaliser, state_dtype))
     return ops.cast(output, query.dtype), new_state
+
+
+# --- decoding cache -------------------------------------------------------
+
+
+class RecurrentState(DecodingCache):
+    """Incremental decoding with the recurrent state `(S, z)` (not
+    position-addressed): constant memory and time per new token.
+
+    The cache summarises every position fed so far,
+    `S = Σ_j φ(K_j)V_jᵀ` `(batch, num_heads, D', head_dim)` and
+    `z = Σ_j φ(K_j)` `(batch, num_heads, D')` (D' = the feature map's output
+    size), in float32 (float64 for float64 models) whatever the compute
+    dtype. A call with `T` new positions continues the causal sums:
+
+        T = 1:  linear_attention_step(Q, K, V, (S, z))
+        T > 1:  causal_linear_attention(Q, K, V, initial_state=(S, z), return_state=True)
+
+    A state cannot be rewritten: feed every position exactly once, in order
+    (`cache_update_index` says where the new positions start; it only
+    selects their columns of `attention_mask`). Only causal self-attention
+    and key-padding masks are supported; a masked-out new position is left
+    out of the state.
+
+    Args:
+        feature_map, eps, chunk_size: as in `linear_attention`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> decoding = RecurrentState()
+    >>> cache = decoding.initial_cache(1, 4096, num_heads=2, head_dim=4, dtype="bfloat16")
+    >>> x = np.random.rand(1, 5, 2, 4).astype("float32")
+    >>> out, cache = decoding.attend_with_cache(x, x, x, cache, 0)       # prefill
+    >>> out, cache = decoding.attend_with_cache(x[:, :1], x[:, :1], x[:, :1], cache, 5)  # one token
+    >>> tuple(cache[0].shape), str(cache[0].dtype).split(".")[-1]
+    ((1, 2, 4, 4), 'float32')
+    """
+
+    position_addressed = False
+
+    def __init__(self, feature_map=DEFAULT_FEATURE_MAP, eps=DEFAULT_EPS, chunk_size=DEFAULT_CHUNK_SIZE):
+        self.feature_map = feature_map
+        self.eps = eps
+        self.chunk_size = chunk_size
+
+    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype):
+        """The empty state `(S, z)`; `max_length` is not needed (the state
+        does not grow with the sequence)."""
+        del max_length
+        key_dim = get_feature_map(self.feature_map)(ops.zeros((1, head_dim), "float32")).shape[-1]
+        state_dtype = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+        return linear_attention_initial_state(batch, num_heads, key_dim, head_dim, state_dtype)
+
+    def attend_with_cache(
+        self,
+        query,
+        key,
+        value,
+        cache,
+        cache_update_index,
+        attention_mask=None,
+        is_causal=True,
+        dropout_rate=0.0,
+        training=False,
+        seed_generator=None,
+    ):
+        """Continues the causal sums over the new positions; see
+        `DecodingCache.attend_with_cache`."""
+        del seed_generator
+        check_no_attention_dropout(dropout_rate, training)
+        if not is_causal:
+            raise ValueError(
+                "The recurrent state of linear attention decodes causal self-attention only "
+                "(is_causal=True): a position's output cannot depend on later positions that "
+                "have not been fed yet."
+            )
+        length = query.shape[1]
+        key_mask = None
+        if attention_mask is not None:
+            key_mask = _new_positions(attention_mask, cache_update_index, _length(query))
+        if length == 1:
+            step_mask = None if key_mask is None else _key_padding(key_mask)[:, 0, 0, 0]
+            output, state = linear_attention_step(
+                query, key, value, cache, feature_map=self.feature_map, eps=self.eps, key_mask=step_mask
+            )
+        else:
+            output, state = causal_linear_attention(
+                query, key, value, attention_mask=key_mask, feature_map=self.feature_map, eps=self.eps,
+                chunk_size=self.chunk_size, initial_state=cache, return_state=True,
+            )
+        return output, tuple(ops.cast(new, old.dtype) for new, old in zip(state, cache))
+
+
+def _new_positions(attention_mask, start, length):
+    """The columns `start … start + length − 1` of a mask over absolute
+    positions, `(batch or 1, heads or 1, query_length or 1, positions)`."""
+    mask = ops.convert_to_tensor(attention_mask)
+    if len(mask.shape) != 4:
+        raise ValueError(
+            "With a decoding cache, attention_mask must be (batch or 1, num_heads or 1, "
+            f"query_length or 1, positions); got shape {tuple(mask.shape)}."
+        )
+    shape = ops.shape(mask)
+    return ops.slice(mask, (0, 0, 0, start), (shape[0], shape[1], shape[2], length))
+
+
+register_decoding("linear", RecurrentState())

@@ -12,6 +12,10 @@ which each backend implements with its fused kernel (`jax.nn.dot_product_attenti
 half precision). Training with attention dropout uses PyTorch's fused kernel
 with dropout on torch; JAX and TensorFlow have none, so there the explicit
 einsum path computes the probabilities and drops them out.
+
+Incremental decoding keeps a key/value cache (`KeyValueCache`, registered
+as the "softmax" decoding): the keys and values of every position, new
+queries attending over all of them.
 """
 
 import math
@@ -20,6 +24,8 @@ from keras import ops
 from keras import random
 
 from attention_zoo_keras import backend_support
+from attention_zoo_keras.attention.registry import DecodingCache
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 
 
@@ -106,3 +112,83 @@ def softmax_attention(
     probabilities = ops.softmax(logits, axis=-1)
     probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
     return ops.einsum("bnts,bsnh->btnh", probabilities, value)
+
+
+class KeyValueCache(DecodingCache):
+    """Incremental decoding with a key/value cache (position-addressed).
+
+    The cache holds the keys and values of every position, `K` and `V`
+    `(batch, max_length, num_heads, head_dim)` each. A call writes the new
+    positions' keys and values at `t0 = cache_update_index` and lets the
+    new queries attend over the whole cache with `mechanism`:
+
+        K[:, t0 : t0 + T] ← K_new,   V[:, t0 : t0 + T] ← V_new
+        output = mechanism(Q_new, K, V, mask = attention_mask ∧ [j ≤ t0 + i])
+
+    (the causal part only with `is_causal`). Positions not yet written are
+    zeros, kept out by the causal mask. Memory per layer grows with
+    `max_length`; time per new token with the positions attended over.
+
+    Args:
+        mechanism: the mechanism function; it must take a general boolean
+            `(query, key)` mask (as `softmax_attention` does).
+
+    Example:
+
+    >>> import numpy as np
+    >>> decoding = KeyValueCache(softmax_attention)
+    >>> cache = decoding.initial_cache(1, 6, num_heads=2, head_dim=4, dtype="float32")
+    >>> x = np.random.rand(1, 1, 2, 4).astype("float32")
+    >>> out, (key_cache, value_cache) = decoding.attend_with_cache(x, x, x, cache, 0)
+    >>> tuple(out.shape), tuple(key_cache.shape)
+    ((1, 1, 2, 4), (1, 6, 2, 4))
+    """
+
+    position_addressed = True
+
+    def __init__(self, mechanism):
+        self.mechanism = mechanism
+
+    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype):
+        """Zero `(key_cache, value_cache)`, each `(batch, max_length,
+        num_heads, head_dim)` in `dtype`."""
+        shape = (batch, max_length, num_heads, head_dim)
+        return ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype)
+
+    def attend_with_cache(
+        self,
+        query,
+        key,
+        value,
+        cache,
+        cache_update_index,
+        attention_mask=None,
+        is_causal=True,
+        dropout_rate=0.0,
+        training=False,
+        seed_generator=None,
+    ):
+        """Writes the new keys and values, then attends over the cache; see
+        `DecodingCache.attend_with_cache`."""
+        key_cache, value_cache = cache
+        key_cache = backend_support.write_rows(key_cache, cache_update_index, ops.cast(key, key_cache.dtype))
+        value_cache = backend_support.write_rows(value_cache, cache_update_index, ops.cast(value, value_cache.dtype))
+        mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+        if is_causal:
+            query_length, max_length = ops.shape(query)[1], ops.shape(key_cache)[1]
+            causal = causal_mask(query_length, max_length, offset=cache_update_index)[None, None, :, :]
+            mask = causal if mask is None else ops.logical_and(mask, causal)
+        output = self.mechanism(
+            query,
+            key_cache,
+            value_cache,
+            attention_mask=mask,
+            is_causal=False,  # folded into the mask, relative to absolute positions
+            dropout_rate=dropout_rate,
+            training=training,
+            seed_generator=seed_generator,
+        )
+        return output, (key_cache, value_cache)
+
+
+register_decoding("softmax", KeyValueCache(softmax_attention))

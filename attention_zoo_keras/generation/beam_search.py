@@ -5,7 +5,8 @@ log-probabilities. At each step every running beam proposes every token;
 the best `2K` (or more, with several stop tokens) candidates are kept:
 
 * the best `K` candidates that did not just end continue as the running beams
-  (their key/value caches are gathered from their parent beams);
+  (their caches — key/value caches or recurrent states, batch first — are
+  gathered from their parent beams);
 * candidates among the best `K` that end — with a stop token, or at the
   maximum length — join the finished hypotheses with the score
 
@@ -66,7 +67,9 @@ def beam_search(
         token_ids: `(batch, buffer_length)` int32: the prompts in
             `[:, :prompt_length]`, the pad id after.
         cache: the model's cache for `batch · K` rows (each prompt's rows
-            consecutive), filled for the prompt positions.
+            consecutive), holding positions `[0, prompt_length − 1)` (a
+            position-addressed cache may hold more); the first step feeds
+            position `prompt_length − 1`.
         prompt_length: int32 scalar, the length of every prompt.
         max_length: int32 scalar ≤ buffer_length, the longest total length.
         stop_token_ids: `(num_stop,)` int32 (`[-1]` for none).

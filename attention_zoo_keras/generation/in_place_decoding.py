@@ -3,14 +3,18 @@
 Prompts of different lengths share a `(batch, buffer_length)` buffer, each
 right-padded (KerasHub's scheme). Decoding starts at the shortest prompt's
 end; step `t` runs the model on the tokens at `t − 1`, which extends the
-key/value cache by one position, and then writes position `t`:
+cache (a key/value cache, or a recurrent state) by that position, and then
+writes position `t`:
 
     token[b, t] = prompt[b, t]                   if t is inside prompt b
                 = sampler(logits[b], u[b, t])    if row b is still generating
                 = pad                            otherwise
 
 A row stops after it emits a stop token or reaches its end position; the
-loop stops when every row has (or at the buffer's end). Everything is
+loop stops when every row has (or at the buffer's end). Each position from
+`start_index − 1` on is fed to the model exactly once, so a cache that is
+not position-addressed (a recurrent state) must hold exactly the positions
+before `start_index − 1`. Everything is
 `keras.ops` in one `ops.while_loop`, so the whole loop compiles into a single
 program (see `backend_support.compile_inference`).
 """
@@ -45,7 +49,9 @@ def decode_in_place(
             (pass `[-1]` for none).
         uniforms: `(batch, buffer_length)` float32 in [0, 1), the sampler's
             randomness for each position.
-        cache: the model's cache, filled up to `start_index − 1` at least.
+        cache: the model's cache, holding positions `[0, start_index − 1)`
+            (a position-addressed cache may hold more: the steps rewrite
+            them).
         start_index: int32 scalar, the first position to decode (the
             shortest prompt's length).
         sampler: a `Sampler`.

@@ -4,16 +4,17 @@
     head_i = Attention(X W_Q^i, Y W_K^i, Y W_V^i)
 
 This layer owns the four projections; `Attention` is any mechanism from
-`attention_zoo_keras.attention`, chosen by name.
+`attention_zoo_keras.attention`, chosen by name. Incremental decoding goes
+through the mechanism's decoding cache (`attention.registry.get_decoding`):
+a key/value cache for softmax, the recurrent state `(S, z)` for linear.
 """
 
 import keras
 from keras import ops
 
 from attention_zoo_keras.layers.initializers import clone_initializer
-from attention_zoo_keras.attention import causal_mask
 from attention_zoo_keras.attention import get_mechanism
-from attention_zoo_keras.backend_support import write_rows
+from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.registration import register
 
 
@@ -36,15 +37,18 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: boolean `(batch, query_length or 1, key_length)`;
             `True` where a query may attend to a key.
         is_causal: also mask out later positions.
-        cache: optional key/value cache for incremental decoding
-            (self-attention only): a `(key_cache, value_cache)` pair, each
-            `(batch, max_length, num_heads, head_dim)`. The
-            keys and values of `query` are written at `cache_update_index`
-            and the queries attend over the whole cache; `attention_mask`,
-            if given, is then `(batch, query_length or 1, max_length)` and
-            says which cache positions hold real keys. With `is_causal`,
-            query `i` sees cache positions `≤ cache_update_index + i`.
-        cache_update_index: position of the first new token in the cache.
+        cache: optional decoding cache for incremental decoding
+            (self-attention only), from the mechanism's
+            `get_decoding(attention).initial_cache(...)`: for softmax a
+            `(key_cache, value_cache)` pair, each `(batch, max_length,
+            num_heads, head_dim)`, written at `cache_update_index`, the
+            queries attending over the whole cache; for linear the
+            recurrent state `(S, z)`, which every position must be fed
+            into exactly once. `attention_mask`, if given, is then
+            `(batch, query_length or 1, positions)` over absolute positions
+            and says which hold real tokens. With `is_causal`, query `i`
+            sees positions `≤ cache_update_index + i`.
+        cache_update_index: position of the first new token.
 
     Returns:
         `(batch, query_length, output_dim)`; with a cache, the tuple
@@ -108,25 +112,6 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
-    def _update_cache(self, query, cache, cache_update_index, attention_mask, is_causal):
-        """Writes the new keys and values into `cache`; returns the keys, the
-        values, the mask over the cache and the updated cache."""
-        if cache_update_index is None:
-            raise ValueError("A key/value cache needs cache_update_index, the position of the first new token.")
-        key_cache, value_cache = cache
-        key = ops.cast(self._split_heads(self.key_dense(query)), key_cache.dtype)
-        value = ops.cast(self._split_heads(self.value_dense(query)), value_cache.dtype)
-        key_cache = write_rows(key_cache, cache_update_index, key)
-        value_cache = write_rows(value_cache, cache_update_index, value)
-        new_cache = (key_cache, value_cache)
-
-        query_length, max_length = ops.shape(query)[1], ops.shape(key_cache)[1]
-        mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
-        if is_causal:
-            causal = causal_mask(query_length, max_length, offset=cache_update_index)[None, :, :]
-            mask = causal if mask is None else ops.logical_and(mask, causal)
-        return key_cache, value_cache, mask, new_cache
-
     def call(
         self,
         query,
@@ -137,32 +122,41 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
-        new_cache = None
+        query_heads = self._split_heads(self.query_dense(query))
+        mask = None if attention_mask is None else attention_mask[:, None, :, :]
         if cache is not None:
             if value is not None:
-                raise ValueError("A key/value cache is only supported for self-attention (value=None).")
-            key, value, attention_mask, new_cache = self._update_cache(
-                query, cache, cache_update_index, attention_mask, is_causal
+                raise ValueError("A decoding cache is only supported for self-attention (value=None).")
+            if cache_update_index is None:
+                raise ValueError("A decoding cache needs cache_update_index, the position of the first new token.")
+            attended, new_cache = get_decoding(self.attention).attend_with_cache(
+                query_heads,
+                self._split_heads(self.key_dense(query)),
+                self._split_heads(self.value_dense(query)),
+                cache,
+                cache_update_index,
+                attention_mask=mask,
+                is_causal=is_causal,
+                dropout_rate=self.dropout,
+                training=bool(training),
+                seed_generator=self.seed_generator,
             )
-            is_causal = False  # folded into the explicit mask, relative to absolute positions
         else:
             value = query if value is None else value
-            key = self._split_heads(self.key_dense(value))
-            value = self._split_heads(self.value_dense(value))
-        attended = self._mechanism(
-            self._split_heads(self.query_dense(query)),
-            key,
-            value,
-            attention_mask=None if attention_mask is None else attention_mask[:, None, :, :],
-            is_causal=is_causal,
-            dropout_rate=self.dropout,
-            training=bool(training),
-            seed_generator=self.seed_generator,
-        )
+            attended = self._mechanism(
+                query_heads,
+                self._split_heads(self.key_dense(value)),
+                self._split_heads(self.value_dense(value)),
+                attention_mask=mask,
+                is_causal=is_causal,
+                dropout_rate=self.dropout,
+                training=bool(training),
+                seed_generator=self.seed_generator,
+            )
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))
         output = self.output_dense(merged)
-        if new_cache is not None:
+        if cache is not None:
             return output, new_cache
         return output
 

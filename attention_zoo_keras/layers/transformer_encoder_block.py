@@ -40,10 +40,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
     Call args:
         x: `(batch, length, hidden_dim)`.
         attention_mask: boolean `(batch, 1 or length, length)`; with a
-            cache, `(batch, 1 or length, max_length)` over cache positions.
-        cache: optional `(key_cache, value_cache)` pair, each `(batch,
-            max_length, num_heads, head_dim)`, of this block's self-attention (see
-            `MultiHeadAttention`); the block then returns `(y, new_cache)`.
+            cache, `(batch, 1 or length, positions)` over absolute positions.
+        cache: optional decoding cache of this block's self-attention, the
+            mechanism's (a `(key_cache, value_cache)` pair for softmax, the
+            recurrent state `(S, z)` for linear; see `MultiHeadAttention`);
+            the block then returns `(y, new_cache)`.
         cache_update_index: position of `x`'s first token in the cache.
 
     Example:

@@ -30,11 +30,14 @@ class GPTBackbone(Backbone):
         hidden_dim: width of the hidden states.
         intermediate_dim: feed-forward width (GPT-2: `4 * hidden_dim`).
         dropout: dropout on embeddings and residual branches.
-        attention_dropout: dropout on attention probabilities.
+        attention_dropout: dropout on attention probabilities; must be 0
+            for `attention="linear"`, which has none.
         max_sequence_length: number of learned positions.
         activation: feed-forward activation; `"gelu_new"` is GPT-2's tanh GELU.
         layer_norm_epsilon: epsilon of every layer norm.
-        attention: attention mechanism name, `"softmax"` for GPT-2.
+        attention: attention mechanism name, `"softmax"` for GPT-2;
+            `"linear"` gives a linear-attention Transformer (Katharopoulos
+            et al., 2020) that generates with a constant-size recurrent state.
         initializer_range: standard deviation of the truncated-normal init.
         dtype: dtype policy of every layer, e.g. `"bfloat16"`.
 
@@ -73,6 +76,12 @@ class GPTBackbone(Backbone):
         dtype=None,
         **kwargs,
     ):
+        if attention == "linear" and attention_dropout > 0.0:
+            raise ValueError(
+                f"GPTBackbone(attention='linear') needs attention_dropout=0.0; got {attention_dropout}. "
+                "Linear attention has no attention probabilities to drop out (Katharopoulos et al., "
+                "2020, use no attention dropout); residual and embedding dropout (`dropout`) are unaffected."
+            )
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
         token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
 from attention_zoo_keras.backend_support import materialize
@@ -94,19 +95,28 @@ class GPTCausalLM(Task):
     # ------------------------------------------------------------------
     # Incremental decoding.
 
+    @property
+    def decoding(self):
+        """The attention mechanism's `DecodingCache` (see
+        `attention.registry`): what each layer's cache is."""
+        return get_decoding(self.backbone.attention)
+
     def init_cache(self, batch_size, max_length):
-        """An empty key/value cache: per decoder layer a `(key_cache,
-        value_cache)` pair, each `(batch, max_length, num_heads, head_dim)` in
-        the backbone's compute dtype.
+        """An empty decoding cache: per decoder layer, the mechanism's
+        `initial_cache`. For softmax a `(key_cache, value_cache)` pair, each
+        `(batch, max_length, num_heads, head_dim)` in the backbone's compute
+        dtype; for linear the recurrent state `(S, z)`, `(batch, num_heads,
+        head_dim, head_dim)` and `(batch, num_heads, head_dim)` in float32,
+        the same size for any `max_length`.
 
         Use the cache `call_with_cache` returns, not the one passed in: under
-        torch without gradients the write is in place (see
+        torch without gradients a key/value cache is written in place (see
         `backend_support.write_rows`).
         """
         backbone = self.backbone
-        shape = (batch_size, max_length, backbone.num_heads, backbone.hidden_dim // backbone.num_heads)
+        head_dim = backbone.hidden_dim // backbone.num_heads
         return tuple(
-            (ops.zeros(shape, dtype=backbone.compute_dtype), ops.zeros(shape, dtype=backbone.compute_dtype))
+            self.decoding.initial_cache(batch_size, max_length, backbone.num_heads, head_dim, backbone.compute_dtype)
             for _ in range(backbone.num_layers)
         )
 
@@ -130,12 +140,16 @@ class GPTCausalLM(Task):
     def call_with_cache(self, token_ids, cache, cache_update_index, padding_mask=None):
         """One forward pass over new tokens, reusing and extending `cache`.
 
+        With a cache that is not position-addressed (linear attention's
+        recurrent state) every position must be passed exactly once, in
+        order: the state cannot forget a position.
+
         Args:
             token_ids: `(batch, new_length)` ids at positions
                 `cache_update_index, …, cache_update_index + new_length − 1`.
             cache: from `init_cache` (or a previous call).
             cache_update_index: position of the first new token.
-            padding_mask: optional `(batch, max_length)`, true where a cache
+            padding_mask: optional `(batch, max_length)`, true where a
                 position holds a real token (attention is causal anyway, so
                 right-padded prompts need none).
 
@@ -198,7 +212,11 @@ class GPTCausalLM(Task):
         seed=None,
         **sampler_options,
     ):
-        """Continues prompts with a key/value cache, in one compiled loop.
+        """Continues prompts with a decoding cache, in one compiled loop.
+
+        The cache is the attention mechanism's (`decoding`): a key/value
+        cache for softmax; for linear attention the recurrent state, so
+        memory per sequence is constant in the generated length.
 
         Args:
             inputs: a string or a list of strings (tokenized without an end
@@ -228,8 +246,9 @@ class GPTCausalLM(Task):
         `generation.decode_in_place`); one pass over the prompts fills the
         cache, then each step extends it by one token. The whole loop is one
         compiled program per backend (`backend_support.compile_inference`);
-        buffer and prompt lengths are rounded up so that new prompts rarely
-        need a new compilation.
+        buffer lengths are rounded up so that new prompts rarely need a new
+        compilation, and so are prompt-pass lengths for a position-addressed
+        cache (see `_prompt_pass_length`).
 
         Example:
 
@@ -307,6 +326,26 @@ class GPTCausalLM(Task):
         hidden = self.backbone.final_norm(x)[:, 0, :]
         return ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), cache
 
+    def _prompt_pass_length(self, prompt_length, buffer_length):
+        """How many positions the pass before the decoding loop feeds, for
+        prompts at least `prompt_length` long. The loop feeds position
+        `prompt_length − 1` and every later one, once each. A recurrent
+        state must see each position exactly once, so the pass covers
+        exactly `[0, prompt_length − 1)`; a key/value cache may be rewritten,
+        so its pass is rounded up to `PROMPT_MULTIPLE` (fewer compilations;
+        the loop rewrites those positions with the same or later tokens)."""
+        if self.decoding.position_addressed:
+            return _round_up(prompt_length, PROMPT_MULTIPLE, buffer_length)
+        return prompt_length - 1
+
+    def _prompt_pass(self, prompt_tokens, cache):
+        """The cache after the prompt pass over `prompt_tokens` `(batch,
+        pass_length)` at positions `0 …` (none for an empty pass)."""
+        if prompt_tokens.shape[1] == 0:
+            return cache
+        _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+        return cache
+
     def _buffer(self, prompts, length, pad_id):
         """Right-padded `(token_ids, prompt_mask)` numpy arrays `(batch, length)`."""
         token_ids = np.full((len(prompts), length), pad_id, dtype="int32")
@@ -326,7 +365,7 @@ class GPTCausalLM(Task):
     def _sample_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed):
         limit = self.backbone.max_sequence_length
         buffer_length = _round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
-        prompt_pass_length = _round_up(int(lengths.min()), PROMPT_MULTIPLE, buffer_length)
+        prompt_pass_length = self._prompt_pass_length(int(lengths.min()), buffer_length)
         token_ids, prompt_mask = self._buffer(prompts, buffer_length, pad_id)
         batch = len(prompts)
         # Position t of row b draws with the uniform [b, t] of a (batch,
@@ -342,10 +381,10 @@ class GPTCausalLM(Task):
 
             def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
-                _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+                cache = self._prompt_pass(prompt_tokens, cache)
                 return decode_in_place(
-                    step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache,
-                    start_index, sampler, pad_id, constants=(self.lm_head.output_kernel(cache[0][0].dtype),),
+                    step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache, start_index,
+                    sampler, pad_id, constants=(self.lm_head.output_kernel(self.backbone.compute_dtype),),
                 )
 
             return run
@@ -378,13 +417,12 @@ class GPTCausalLM(Task):
 
             def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
                 batch, length = ops.shape(token_ids)
-                cache = self.init_cache(batch, length)
-                _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+                cache = self._prompt_pass(prompt_tokens, self.init_cache(batch, length))
                 cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
                 return beam_search(
                     step, token_ids, cache, prompt_length, max_length, stop_ids,
                     num_beams, length_penalty, early_stopping,
-                    constants=(self.lm_head.output_kernel(cache[0][0].dtype),),
+                    constants=(self.lm_head.output_kernel(self.backbone.compute_dtype),),
                 )
 
             return run
@@ -394,7 +432,7 @@ class GPTCausalLM(Task):
         for prompt_length in np.unique(lengths):
             rows = np.flatnonzero(lengths == prompt_length)
             group = token_ids[rows]
-            prompt_pass_length = _round_up(int(prompt_length), PROMPT_MULTIPLE, buffer_length)
+            prompt_pass_length = self._prompt_pass_length(int(prompt_length), buffer_length)
             best, best_lengths = run(
                 ops.convert_to_tensor(group),
                 ops.convert_to_tensor(group[:, :prompt_pass_length]),
