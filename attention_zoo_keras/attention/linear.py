@@ -509,7 +509,8 @@ class RecurrentState(DecodingCache):
     >>> x = np.random.rand(1, 5, 2, 4).astype("float32")
     >>> out, cache = decoding.attend_with_cache(x, x, x, cache, 0)       # prefill
     >>> out, cache = decoding.attend_with_cache(x[:, :1], x[:, :1], x[:, :1], cache, 5)  # one token
-    >>> tuple(cache[0].shape), str(cache[0].dtype).split(".")[-1]
+    >>> import keras
+    >>> tuple(cache[0].shape), keras.backend.standardize_dtype(cache[0].dtype)
     ((1, 2, 4, 4), 'float32')
     """
 
