@@ -338,9 +338,11 @@ class GPTCausalLM(Task):
             return _round_up(prompt_length, PROMPT_MULTIPLE, buffer_length)
         return prompt_length - 1
 
-    def _prompt_pass(self, prompt_tokens, cache):
-        """The cache after the prompt pass over `prompt_tokens` `(batch,
-        pass_length)` at positions `0 …` (none for an empty pass)."""
+    def _prefilled_cache(self, token_ids, prompt_tokens):
+        """A cache for the `(batch, buffer_length)` buffer `token_ids`, after
+        the prompt pass over `prompt_tokens` `(batch, pass_length)` at
+        positions `0 …` (none for an empty pass)."""
+        cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
         if prompt_tokens.shape[1] == 0:
             return cache
         _, cache = self._decoder_pass(prompt_tokens, cache, 0)
@@ -380,8 +382,7 @@ class GPTCausalLM(Task):
             step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
-                cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
-                cache = self._prompt_pass(prompt_tokens, cache)
+                cache = self._prefilled_cache(token_ids, prompt_tokens)
                 return decode_in_place(
                     step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache, start_index,
                     sampler, pad_id, constants=(self.lm_head.output_kernel(self.backbone.compute_dtype),),
@@ -416,8 +417,7 @@ class GPTCausalLM(Task):
             step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
-                batch, length = ops.shape(token_ids)
-                cache = self._prompt_pass(prompt_tokens, self.init_cache(batch, length))
+                cache = self._prefilled_cache(token_ids, prompt_tokens)
                 cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
                 return beam_search(
                     step, token_ids, cache, prompt_length, max_length, stop_ids,
