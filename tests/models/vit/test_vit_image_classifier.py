@@ -156,9 +156,11 @@ def test_classifier_argument_errors():
         classifier.predict({"images": np.zeros((1, 16, 16, 3), "float32")}, top_k=5, verbose=0)
 
 
-def test_fit_on_digits_learns(tmp_path):
+@pytest.mark.slow
+def test_fit_on_digits_learns():
     from sklearn.datasets import load_digits
 
+    keras.utils.set_random_seed(0)  # the initial weights; without a seed an unlucky draw can stay below 0.7
     digits = load_digits()
     images = (digits.images * (255 / 16)).astype("uint8")  # 8x8, 0-16 grey levels
     rng = np.random.default_rng(0)
@@ -169,9 +171,9 @@ def test_fit_on_digits_learns(tmp_path):
     )
     converter = ViTImageConverter(image_size=16, num_channels=1, image_mean=0.5, image_std=0.5)
     classifier = ViTImageClassifier(backbone, num_classes=10, preprocessor=converter, pooling="mean")
-    classifier.compile(optimizer="adam")
+    classifier.compile(optimizer=keras.optimizers.Adam(2e-3))
     test_images = [images[i][:, :, None] for i in test]
     before = classifier.evaluate(test_images, digits.target[test], verbose=0, return_dict=True)["accuracy"]
-    classifier.fit([images[i][:, :, None] for i in train], digits.target[train], batch_size=32, epochs=6, verbose=0)
+    classifier.fit([images[i][:, :, None] for i in train], digits.target[train], batch_size=32, epochs=12, verbose=0)
     after = classifier.evaluate(test_images, digits.target[test], verbose=0, return_dict=True)["accuracy"]
     assert before < 0.3 and after > 0.7, (before, after)
