@@ -38,15 +38,22 @@ import keras
 from keras import ops
 from keras import random
 
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.softmax import KeyValueCache
+from attention_zoo_keras.attention.softmax import attend_over_cache
 from attention_zoo_keras.attention.softmax import _masked_logit
 from attention_zoo_keras.attention.softmax import causal_mask
 
 
-def additive_attention_weights(num_heads, head_dim, units):
+def additive_attention_weights(num_heads, head_dim, units=None):
     """The weights `additive_attention` takes, as `{argument name: (shape, initializer)}`.
 
     A layer creates one variable per entry and passes it under that name.
+
+    Args:
+        num_heads, head_dim: the layer's heads and per-head size.
+        units: hidden units of the score network; defaults to `head_dim`.
 
     Example:
 
@@ -56,6 +63,8 @@ def additive_attention_weights(num_heads, head_dim, units):
     # Glorot-uniform for each head's (head_dim, units) matrix: Keras counts the
     # leading heads axis of a 3-D kernel as a receptive field (fans × num_heads),
     # which `scale=num_heads` undoes: limit √(6 / (head_dim + units)).
+    units = head_dim if units is None else units
+
     def per_head_glorot():
         return keras.initializers.VarianceScaling(scale=num_heads, mode="fan_avg", distribution="uniform")
 
@@ -92,7 +101,7 @@ def _check_weights(query, key, query_kernel, key_kernel, score_vector):
         )
 
 
-@register_mechanism("additive")
+@register_mechanism("additive", weights=additive_attention_weights)
 def additive_attention(
     query,
     key,
@@ -166,3 +175,6 @@ def additive_attention(
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
     return ops.einsum("bnts,bsnh->btnh", probabilities, value)
+
+
+register_decoding("additive", KeyValueCache(attend_over_cache(additive_attention)))

@@ -498,8 +498,9 @@ class RecurrentState(DecodingCache):
     and key-padding masks are supported; a masked-out new position is left
     out of the state.
 
-    Args:
-        feature_map, eps, chunk_size: as in `linear_attention`.
+    The options `feature_map`, `eps` and `chunk_size` (as in
+    `linear_attention`) come with each call, as the layer passes them to the
+    mechanism; `initial_cache` needs the feature map for the state's size.
 
     Example:
 
@@ -516,16 +517,11 @@ class RecurrentState(DecodingCache):
 
     position_addressed = False
 
-    def __init__(self, feature_map=DEFAULT_FEATURE_MAP, eps=DEFAULT_EPS, chunk_size=DEFAULT_CHUNK_SIZE):
-        self.feature_map = feature_map
-        self.eps = eps
-        self.chunk_size = chunk_size
-
-    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype):
+    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, feature_map=DEFAULT_FEATURE_MAP, **options):
         """The empty state `(S, z)`; `max_length` is not needed (the state
         does not grow with the sequence)."""
-        del max_length
-        key_dim = get_feature_map(self.feature_map)(ops.zeros((1, head_dim), "float32")).shape[-1]
+        del max_length, options
+        key_dim = get_feature_map(feature_map)(ops.zeros((1, head_dim), "float32")).shape[-1]
         state_dtype = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
         return linear_attention_initial_state(batch, num_heads, key_dim, head_dim, state_dtype)
 
@@ -541,6 +537,9 @@ class RecurrentState(DecodingCache):
         dropout_rate=0.0,
         training=False,
         seed_generator=None,
+        feature_map=DEFAULT_FEATURE_MAP,
+        eps=DEFAULT_EPS,
+        chunk_size=DEFAULT_CHUNK_SIZE,
     ):
         """Continues the causal sums over the new positions; see
         `DecodingCache.attend_with_cache`."""
@@ -559,12 +558,12 @@ class RecurrentState(DecodingCache):
         if length == 1:
             step_mask = None if key_mask is None else _key_padding(key_mask)[:, 0, 0, 0]
             output, state = linear_attention_step(
-                query, key, value, cache, feature_map=self.feature_map, eps=self.eps, key_mask=step_mask
+                query, key, value, cache, feature_map=feature_map, eps=eps, key_mask=step_mask
             )
         else:
             output, state = causal_linear_attention(
-                query, key, value, attention_mask=key_mask, feature_map=self.feature_map, eps=self.eps,
-                chunk_size=self.chunk_size, initial_state=cache, return_state=True,
+                query, key, value, attention_mask=key_mask, feature_map=feature_map, eps=eps,
+                chunk_size=chunk_size, initial_state=cache, return_state=True,
             )
         return output, tuple(ops.cast(new, old.dtype) for new, old in zip(state, cache))
 

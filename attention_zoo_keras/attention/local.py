@@ -81,15 +81,20 @@ widen the window. A real query left with no visible key gets what
 `softmax_attention` gives a fully masked row.
 
 **Restrictions.** Self-attention only: query and key lengths must be equal
-(the blocks of both are the same positions). Incremental decoding with a
-key/value cache (one query against a longer cache) is not blockwise; use
-`softmax_attention` with rows of `local_mask` / `local_mask_2d` there.
+(the blocks of both are the same positions).
+
+**Decoding.** 1D local attention decodes token by token with a key/value
+cache (`get_decoding("local")`): the new queries attend over the cache
+under their rows of `local_mask` — not blockwise, one row of the cache per
+new token, like softmax. (2D local attention has no incremental decoding.)
 """
 
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.softmax import KeyValueCache
 from attention_zoo_keras.attention.softmax import softmax_attention
 
 DEFAULT_BLOCK_SIZE = 128
@@ -116,7 +121,7 @@ def _check_self_attention(query, key, value, name):
         raise ValueError(
             f"{name} attention is self-attention over one sequence: query and key lengths must be "
             f"equal; got {query_length} and {key_length}. For incremental decoding against a "
-            "key/value cache use softmax_attention with the rows of the dense pattern mask."
+            "key/value cache, use the mechanism's decoding cache (attention.registry.get_decoding)."
         )
 
 
@@ -227,23 +232,63 @@ def _check_block_arguments(block_size, num_memory_blocks):
         raise ValueError(f"num_memory_blocks must be a non-negative integer; got {num_memory_blocks!r}.")
 
 
-def local_mask(length, block_size=DEFAULT_BLOCK_SIZE, num_memory_blocks=DEFAULT_NUM_MEMORY_BLOCKS, is_causal=False):
-    """The dense boolean `(length, length)` pattern of `local_attention`:
-    query `i` may attend to key `j` iff `⌊i/b⌋ − m ≤ ⌊j/b⌋ ≤ ⌊i/b⌋ + m` (right
-    bound `⌊i/b⌋` and `j ≤ i` with `is_causal`).
+def local_mask(
+    length,
+    block_size=DEFAULT_BLOCK_SIZE,
+    num_memory_blocks=DEFAULT_NUM_MEMORY_BLOCKS,
+    is_causal=False,
+    query_offset=0,
+    query_length=None,
+):
+    """The dense boolean pattern of `local_attention`: query `i` may attend
+    to key `j` iff `⌊i/b⌋ − m ≤ ⌊j/b⌋ ≤ ⌊i/b⌋ + m` (right bound `⌊i/b⌋` and
+    `j ≤ i` with `is_causal`).
 
-    O(L²) memory: for tests, visualisation and decoding against a key/value
-    cache (take the rows of the new positions), not for the forward pass.
+    Args:
+        length: number of keys `L` (positions `0 … L − 1`).
+        block_size, num_memory_blocks, is_causal: as in `local_attention`.
+        query_offset: absolute position of the first query row (an int or
+            an int32 scalar tensor).
+        query_length: number of query rows; defaults to `length`.
+
+    Returns:
+        `(query_length, length)` boolean. O(L²) memory for all rows: for
+        tests, visualisation and decoding against a key/value cache (the
+        rows of the new positions), not for the forward pass.
     """
     _check_block_arguments(block_size, num_memory_blocks)
-    positions = ops.arange(length)
-    query_block = (positions // block_size)[:, None]
-    key_block = (positions // block_size)[None, :]
+    query_length = length if query_length is None else query_length
+    key_positions = ops.arange(length, dtype="int32")
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
+    query_block = (query_positions // block_size)[:, None]
+    key_block = (key_positions // block_size)[None, :]
     right = 0 if is_causal else num_memory_blocks
     mask = ops.logical_and(key_block >= query_block - num_memory_blocks, key_block <= query_block + right)
     if is_causal:
-        mask = ops.logical_and(mask, positions[None, :] <= positions[:, None])
+        mask = ops.logical_and(mask, key_positions[None, :] <= query_positions[:, None])
     return mask
+
+
+def _attend_over_cache(
+    query,
+    key_cache,
+    value_cache,
+    attention_mask,
+    query_offset,
+    is_causal,
+    block_size=DEFAULT_BLOCK_SIZE,
+    num_memory_blocks=DEFAULT_NUM_MEMORY_BLOCKS,
+    **arguments,
+):
+    """Queries at absolute positions `query_offset …` over a key/value cache,
+    restricted to their rows of `local_mask` (`KeyValueCache`'s `attend`).
+    Dense over the cache: one new token costs a row of L, as for softmax."""
+    window = local_mask(
+        _length(key_cache), block_size, num_memory_blocks, is_causal,
+        query_offset=query_offset, query_length=_length(query),
+    )[None, None, :, :]
+    mask = window if attention_mask is None else ops.logical_and(attention_mask, window)
+    return softmax_attention(query, key_cache, value_cache, attention_mask=mask, **arguments)
 
 
 @register_mechanism("local")
@@ -554,3 +599,6 @@ def local_attention_2d(
         query_blocks, key_memory, value_memory, visible, batch, dropout_rate, training, seed_generator, scale
     )  # (B, blocks·q, N, M)
     return ops.take(output, ops.convert_to_tensor(geometry.output_index.astype("int32")), axis=1)
+
+
+register_decoding("local", KeyValueCache(_attend_over_cache))

@@ -4,13 +4,27 @@ and what each mechanism keeps between decoding steps.
 A mechanism is a function
 
     mechanism(query, key, value, *, attention_mask=None, is_causal=False,
-              dropout_rate=0.0, training=False, seed_generator=None) -> output
+              dropout_rate=0.0, training=False, seed_generator=None,
+              **options_and_weights) -> output
 
 on tensors shaped `query: (batch, query_length, num_heads, head_dim)`,
 `key` / `value: (batch, key_length, num_heads, head_dim)`, with a boolean
 `attention_mask` broadcastable to `(batch, num_heads, query_length,
 key_length)` where `True` means "may attend". It returns a tensor shaped like
 `query`. Mechanisms are pure functions of `keras.ops`; layers own the weights.
+
+**Options and weights.** A mechanism's further keyword arguments are its
+options (`block_size=` of local attention, `feature_map=` of linear
+attention, …) and, for mechanisms with learned parameters, its weights. A
+mechanism with weights registers a *weights function* with it,
+
+    weights(num_heads, head_dim, **weight_options) -> {argument: (shape, initializer)}
+
+and a layer creates one variable per entry and passes it under that name
+(`relative_attention_weights`, `additive_attention_weights`).
+`mechanism_options(name)` lists what a user may set (the options of both
+functions, with their defaults); `MultiHeadAttention(attention_options=...)`
+checks against it.
 
 A mechanism that supports incremental (token-by-token) decoding also
 registers a `DecodingCache` under its name (`register_decoding`): the
@@ -22,20 +36,42 @@ mechanism.
 """
 
 import abc
+import inspect
 
 from attention_zoo_keras.naming import did_you_mean
 
 _MECHANISMS = {}
+_WEIGHTS = {}
 _DECODINGS = {}
 
+# Arguments every mechanism takes, set by the calling layer.
+CALL_ARGUMENTS = (
+    "query", "key", "value", "attention_mask", "is_causal", "dropout_rate", "training", "seed_generator",
+)
+# Arguments a layer sets while decoding (the absolute position of the first
+# query), never options.
+DECODING_ARGUMENTS = ("query_offset",)
+# Arguments of a weights function that the layer supplies.
+WEIGHTS_FUNCTION_ARGUMENTS = ("num_heads", "head_dim")
 
-def register_mechanism(name):
-    """Decorator: make a mechanism function available under `name`."""
+
+def register_mechanism(name, weights=None):
+    """Decorator: make a mechanism function available under `name`.
+
+    Args:
+        name: the name blocks take (`attention=name`).
+        weights: for a mechanism with learned parameters, the function
+            `(num_heads, head_dim, **weight_options) -> {argument: (shape,
+            initializer)}` naming the weight arguments it takes; every
+            weight option has a default.
+    """
 
     def decorator(function):
         if name in _MECHANISMS:
             raise ValueError(f"An attention mechanism named '{name}' already exists.")
         _MECHANISMS[name] = function
+        if weights is not None:
+            _WEIGHTS[name] = weights
         return function
 
     return decorator
@@ -59,6 +95,68 @@ def get_mechanism(name):
             f"Known mechanisms: {', '.join(mechanism_names())}."
         )
     return _MECHANISMS[name]
+
+
+def _keyword_defaults(function, excluded):
+    return {
+        parameter.name: parameter.default
+        for parameter in inspect.signature(function).parameters.values()
+        if parameter.name not in excluded and parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+
+
+def mechanism_options(name):
+    """The options of mechanism `name` a user may set, `{option: default}`
+    : the keyword arguments of
+    the mechanism and of its weights function, less the call arguments and
+    the weights themselves. Where both take an option, the weights
+    function's default wins (it decides the weights' shapes).
+
+    Example:
+
+    >>> sorted(mechanism_options("local"))
+    ['block_size', 'num_memory_blocks', 'scale']
+    """
+    mechanism = get_mechanism(name)
+    weights = _WEIGHTS.get(name)
+    excluded = set(CALL_ARGUMENTS + DECODING_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS)
+    if weights is not None:
+        excluded |= set(weights(num_heads=1, head_dim=1))  # the weight arguments' names
+    options = _keyword_defaults(mechanism, excluded)
+    if weights is not None:
+        options.update(_keyword_defaults(weights, excluded))
+    return options
+
+
+def check_options(name, options):
+    """Raises `ValueError` naming any key of `options` that mechanism `name`
+    does not take (with close names and the full list)."""
+    known = mechanism_options(name)
+    for option in options:
+        if option not in known:
+            hint = did_you_mean(option, sorted(known))
+            listing = ", ".join(sorted(known)) or "none"
+            raise ValueError(
+                f"The attention mechanism '{name}' has no option '{option}'.{hint} Its options: {listing}."
+            )
+
+
+def mechanism_weights(name, num_heads, head_dim, options):
+    """`{argument: (shape, initializer)}`, the weights mechanism `name` takes
+    for heads of `head_dim` under `options` (empty for a mechanism without
+    weights)."""
+    weights = _WEIGHTS.get(name)
+    if weights is None:
+        return {}
+    accepted = _keyword_defaults(weights, set(WEIGHTS_FUNCTION_ARGUMENTS))
+    return weights(num_heads, head_dim, **{k: v for k, v in options.items() if k in accepted})
+
+
+def call_options(name, options):
+    """The entries of `options` that the mechanism function itself takes
+    (the rest configure its weights)."""
+    accepted = _keyword_defaults(get_mechanism(name), set(CALL_ARGUMENTS))
+    return {option: value for option, value in options.items() if option in accepted}
 
 
 class DecodingCache(abc.ABC):
@@ -96,7 +194,7 @@ class DecodingCache(abc.ABC):
     position_addressed = True
 
     @abc.abstractmethod
-    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype):
+    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, **options):
         """The empty cache of one layer, a (nested) tuple of tensors whose
         axis 0 is the batch (so beam search reorders it with `ops.take`).
 
@@ -106,6 +204,8 @@ class DecodingCache(abc.ABC):
                 by caches that are not position-addressed).
             num_heads, head_dim: the layer's heads and per-head size.
             dtype: the layer's compute dtype.
+            **options: the mechanism's call options (`call_options`), for
+                caches whose shape depends on one (linear's feature map).
         """
 
     @abc.abstractmethod
@@ -121,6 +221,7 @@ class DecodingCache(abc.ABC):
         dropout_rate=0.0,
         training=False,
         seed_generator=None,
+        **arguments,
     ):
         """New positions attend over the cached ones and themselves.
 
@@ -133,9 +234,12 @@ class DecodingCache(abc.ABC):
             cache_update_index: int32 scalar `t0`, the first new position.
             attention_mask: optional boolean `(batch or 1, 1, T or 1,
                 positions)` over absolute positions (at least `t0 + T` of
-                them), `True` where a position holds a real token.
+                them), `True` where a position holds a real token (the
+                outputs at padding positions are unspecified).
             is_causal: new query `i` sees positions `≤ t0 + i`.
             dropout_rate, training, seed_generator: as for the mechanism.
+            **arguments: the mechanism's call options and weights, as the
+                layer passes them to the mechanism.
 
         Returns:
             `(output (batch, T, num_heads, head_dim), new_cache)`.

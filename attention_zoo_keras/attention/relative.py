@@ -64,7 +64,9 @@ import keras
 from keras import ops
 from keras import random
 
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.softmax import KeyValueCache
 from attention_zoo_keras.attention.softmax import _masked_logit
 from attention_zoo_keras.attention.softmax import causal_mask
 
@@ -255,12 +257,27 @@ def _max_distance_of(table, max_distance, name):
     return (rows - 1) // 2
 
 
-def relative_attention_weights(num_heads, head_dim, max_distance, per_head=False, value_embeddings=True):
+DEFAULT_MAX_DISTANCE = 16  # Shaw et al. (2018), §4: k = 16 in their experiments
+
+
+def relative_attention_weights(
+    num_heads, head_dim, max_distance=DEFAULT_MAX_DISTANCE, per_head=False, value_embeddings=True
+):
     """The weights `relative_attention` takes, as `{argument name: (shape, initializer)}`.
 
     A layer creates one variable per entry and passes it under that name.
     Both tables are initialised N(0, head_dim^−1/2), as Music Transformer's
     tensor2tensor code does for its relative embeddings.
+
+    Args:
+        num_heads, head_dim: the layer's heads and per-head size.
+        max_distance: the clipping distance k (tables of 2k + 1 rows). For
+            Music Transformer's unclipped attention, the longest sequence
+            minus one.
+        per_head: one table per head (Music Transformer) instead of one
+            shared by the heads (Shaw et al.).
+        value_embeddings: also learn the a^V table (Shaw et al.; Music
+            Transformer has none).
 
     Example:
 
@@ -274,7 +291,7 @@ def relative_attention_weights(num_heads, head_dim, max_distance, per_head=False
     return {name: (shape, keras.initializers.RandomNormal(stddev=head_dim**-0.5)) for name in names}
 
 
-@register_mechanism("relative")
+@register_mechanism("relative", weights=relative_attention_weights)
 def relative_attention(
     query,
     key,
@@ -378,3 +395,15 @@ def relative_attention(
         buckets = _bucketed(probabilities, window, query_offset)
         output = output + _value_term(buckets, value_table, window, max_distance)
     return output
+
+
+def _attend_over_cache(query, key_cache, value_cache, attention_mask, query_offset, is_causal, **arguments):
+    """Queries at absolute positions `query_offset …` over a key/value cache:
+    the relative distances count from there (`KeyValueCache`'s `attend`)."""
+    del is_causal  # in the mask
+    return relative_attention(
+        query, key_cache, value_cache, attention_mask=attention_mask, query_offset=query_offset, **arguments
+    )
+
+
+register_decoding("relative", KeyValueCache(_attend_over_cache))

@@ -120,23 +120,30 @@ class KeyValueCache(DecodingCache):
     The cache holds the keys and values of every position, `K` and `V`
     `(batch, max_length, num_heads, head_dim)` each. A call writes the new
     positions' keys and values at `t0 = cache_update_index` and lets the
-    new queries attend over the whole cache with `mechanism`:
+    new queries, at absolute positions `t0 … t0 + T − 1`, attend over the
+    whole cache:
 
         K[:, t0 : t0 + T] ← K_new,   V[:, t0 : t0 + T] ← V_new
-        output = mechanism(Q_new, K, V, mask = attention_mask ∧ [j ≤ t0 + i])
+        output = attend(Q_new, K, V, mask = attention_mask ∧ [j ≤ t0 + i], query_offset = t0)
 
     (the causal part only with `is_causal`). Positions not yet written are
     zeros, kept out by the causal mask. Memory per layer grows with
     `max_length`; time per new token with the positions attended over.
 
     Args:
-        mechanism: the mechanism function; it must take a general boolean
-            `(query, key)` mask (as `softmax_attention` does).
+        attend: `attend(query, key_cache, value_cache, attention_mask,
+            query_offset, is_causal, dropout_rate=, training=,
+            seed_generator=, **arguments)`, the attention of queries at
+            absolute positions `query_offset …` over the whole cache, under
+            `attention_mask` (causality already in it; `is_causal` tells a
+            mechanism with a positional pattern which pattern to use).
+            `attend_over_cache(mechanism)` makes one for a mechanism that
+            takes any boolean mask and no positions (softmax, additive).
 
     Example:
 
     >>> import numpy as np
-    >>> decoding = KeyValueCache(softmax_attention)
+    >>> decoding = KeyValueCache(attend_over_cache(softmax_attention))
     >>> cache = decoding.initial_cache(1, 6, num_heads=2, head_dim=4, dtype="float32")
     >>> x = np.random.rand(1, 1, 2, 4).astype("float32")
     >>> out, (key_cache, value_cache) = decoding.attend_with_cache(x, x, x, cache, 0)
@@ -146,12 +153,13 @@ class KeyValueCache(DecodingCache):
 
     position_addressed = True
 
-    def __init__(self, mechanism):
-        self.mechanism = mechanism
+    def __init__(self, attend):
+        self.attend = attend
 
-    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype):
+    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, **options):
         """Zero `(key_cache, value_cache)`, each `(batch, max_length,
-        num_heads, head_dim)` in `dtype`."""
+        num_heads, head_dim)` in `dtype`; the options do not change it."""
+        del options
         shape = (batch, max_length, num_heads, head_dim)
         return ops.zeros(shape, dtype=dtype), ops.zeros(shape, dtype=dtype)
 
@@ -167,6 +175,7 @@ class KeyValueCache(DecodingCache):
         dropout_rate=0.0,
         training=False,
         seed_generator=None,
+        **arguments,
     ):
         """Writes the new keys and values, then attends over the cache; see
         `DecodingCache.attend_with_cache`."""
@@ -178,17 +187,31 @@ class KeyValueCache(DecodingCache):
             query_length, max_length = ops.shape(query)[1], ops.shape(key_cache)[1]
             causal = causal_mask(query_length, max_length, offset=cache_update_index)[None, None, :, :]
             mask = causal if mask is None else ops.logical_and(mask, causal)
-        output = self.mechanism(
+        output = self.attend(
             query,
             key_cache,
             value_cache,
-            attention_mask=mask,
-            is_causal=False,  # folded into the mask, relative to absolute positions
+            mask,
+            cache_update_index,
+            is_causal,
             dropout_rate=dropout_rate,
             training=training,
             seed_generator=seed_generator,
+            **arguments,
         )
         return output, (key_cache, value_cache)
 
 
-register_decoding("softmax", KeyValueCache(softmax_attention))
+def attend_over_cache(mechanism):
+    """The `attend` of a `KeyValueCache` for a mechanism that takes any
+    boolean (query, key) mask and needs no positions: the mechanism itself,
+    its causality carried by the mask."""
+
+    def attend(query, key_cache, value_cache, attention_mask, query_offset, is_causal, **arguments):
+        del query_offset, is_causal  # in the mask
+        return mechanism(query, key_cache, value_cache, attention_mask=attention_mask, is_causal=False, **arguments)
+
+    return attend
+
+
+register_decoding("softmax", KeyValueCache(attend_over_cache(softmax_attention)))

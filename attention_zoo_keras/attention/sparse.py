@@ -76,8 +76,9 @@ same as `softmax_attention`'s einsum path. There is no fused kernel, on
 torch either.
 
 **Restrictions.** Self-attention only: query and key lengths must be equal.
-Decoding against a key/value cache: use `softmax_attention` with rows of
-`sparse_mask`.
+**Decoding.** Token by token with a key/value cache
+(`get_decoding("sparse")`): the new queries attend over the cache under
+their rows of `sparse_mask` (dense over the cache, like softmax).
 """
 
 import math
@@ -93,7 +94,10 @@ from attention_zoo_keras.attention.local import _length
 from attention_zoo_keras.attention.local import _mask_4d
 from attention_zoo_keras.attention.local import _num_blocks
 from attention_zoo_keras.attention.local import _pad_length
+from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.softmax import KeyValueCache
+from attention_zoo_keras.attention.softmax import softmax_attention
 from attention_zoo_keras.attention.softmax import _masked_logit
 from attention_zoo_keras.naming import did_you_mean
 
@@ -159,11 +163,13 @@ def sparse_mask(
     combine="merged",
     is_causal=True,
     num_heads=2,
+    query_offset=0,
+    query_length=None,
 ):
     """The dense boolean attention pattern of `sparse_attention`.
 
     Args:
-        length: sequence length `L`.
+        length: sequence length `L` (key positions `0 … L − 1`).
         pattern: `"strided"` or `"fixed"` (see the module docstring).
         stride: `l`.
         c: summary cells per block (`"fixed"` only).
@@ -172,9 +178,13 @@ def sparse_mask(
             even, A⁽²⁾ if odd.
         is_causal: intersect with `j ≤ i` (the paper's setting).
         num_heads: number of heads for `combine="heads"`.
+        query_offset: absolute position of the first query row (an int or
+            an int32 scalar tensor).
+        query_length: number of query rows; defaults to `length`.
 
     Returns:
-        A boolean tensor, `True` where query `i` (row) may attend to key `j`.
+        A boolean tensor, `True` where query `i` (row) may attend to key `j`;
+        `(query_length, L)`, or `(num_heads, query_length, L)` with `"heads"`.
         O(L²) memory: for tests, visualisation and decoding against a
         key/value cache, not for the forward pass.
 
@@ -189,9 +199,11 @@ def sparse_mask(
            [1, 0, 1, 1, 1]])
     """
     _check_arguments(pattern, stride, c, combine)
-    positions = ops.arange(length)
-    first, second = _factors(pattern, positions[:, None], positions[None, :], stride, c, is_causal)
-    first, second = (ops.broadcast_to(factor, (length, length)) for factor in (first, second))
+    query_length = length if query_length is None else query_length
+    key_positions = ops.arange(length, dtype="int32")
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
+    first, second = _factors(pattern, query_positions[:, None], key_positions[None, :], stride, c, is_causal)
+    first, second = (ops.broadcast_to(factor, (query_length, length)) for factor in (first, second))
     return _combined(first, second, combine, num_heads)
 
 
@@ -331,3 +343,38 @@ def sparse_attention(
             output = output + ops.einsum("bnkis,bsnh->bkinh", far_probabilities, far_value)
     output = ops.reshape(output, (batch, -1, num_heads, value_depth))
     return output[:, :length]
+
+
+def _attend_over_cache(
+    query,
+    key_cache,
+    value_cache,
+    attention_mask,
+    query_offset,
+    is_causal,
+    pattern="strided",
+    stride=DEFAULT_STRIDE,
+    c=DEFAULT_SUMMARY,
+    combine="merged",
+    **arguments,
+):
+    """Queries at absolute positions `query_offset …` over a key/value cache,
+    restricted to their rows of `sparse_mask` (`KeyValueCache`'s `attend`).
+
+    A query whose row is empty (possible with `combine="heads"` or `"b"`)
+    gets 0, as in `sparse_attention`.
+    """
+    num_heads = query.shape[2]
+    rows = sparse_mask(
+        _length(key_cache), pattern, stride, c, combine, is_causal, num_heads,
+        query_offset=query_offset, query_length=_length(query),
+    )
+    rows = rows[None, None] if combine != "heads" else rows[None]
+    mask = rows if attention_mask is None else ops.logical_and(attention_mask, rows)
+    output = softmax_attention(query, key_cache, value_cache, attention_mask=mask, **arguments)
+    attends_somewhere = ops.any(mask, axis=-1)  # (B or 1, N or 1, T)
+    attends_somewhere = ops.transpose(attends_somewhere, (0, 2, 1))[..., None]  # (…, T, N, 1)
+    return ops.where(attends_somewhere, output, ops.zeros((), output.dtype))
+
+
+register_decoding("sparse", KeyValueCache(_attend_over_cache))

@@ -3,9 +3,11 @@
     MultiHead(X, Y) = Concat(head_1, …, head_h) W_O,
     head_i = Attention(X W_Q^i, Y W_K^i, Y W_V^i)
 
-This layer owns the four projections; `Attention` is any mechanism from
-`attention_zoo_keras.attention`, chosen by name. Incremental decoding goes
-through the mechanism's decoding cache (`attention.registry.get_decoding`):
+This layer owns the four projections and the mechanism's own weights, if
+it has any (the relative embeddings of `relative`, the score network of
+`additive`); `Attention` is any mechanism from `attention_zoo_keras.attention`,
+chosen by name, with its options (`attention_options`). Incremental decoding
+goes through the mechanism's decoding cache (`attention.registry.get_decoding`):
 a key/value cache for softmax, the recurrent state `(S, z)` for linear.
 """
 
@@ -14,7 +16,10 @@ from keras import ops
 
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.attention import get_mechanism
+from attention_zoo_keras.attention.registry import call_options
+from attention_zoo_keras.attention.registry import check_options
 from attention_zoo_keras.attention.registry import get_decoding
+from attention_zoo_keras.attention.registry import mechanism_weights
 from attention_zoo_keras.registration import register
 
 
@@ -27,6 +32,12 @@ class MultiHeadAttention(keras.layers.Layer):
         head_dim: size of each head's query, key and value.
         output_dim: size of the output; defaults to the query input's size.
         attention: name of the mechanism (see `attention.mechanism_names()`).
+        attention_options: the mechanism's options as a dict (see
+            `attention.registry.mechanism_options(attention)`), e.g.
+            `{"block_size": 64}` for local attention or
+            `{"max_distance": 127, "per_head": True}` for relative attention;
+            options that shape the mechanism's weights go to its weights
+            function, the others to every call.
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
         kernel_initializer: initializer of the projection kernels.
@@ -38,8 +49,7 @@ class MultiHeadAttention(keras.layers.Layer):
             `True` where a query may attend to a key.
         is_causal: also mask out later positions.
         cache: optional decoding cache for incremental decoding
-            (self-attention only), from the mechanism's
-            `get_decoding(attention).initial_cache(...)`: for softmax a
+            (self-attention only), from `initial_cache`: for softmax a
             `(key_cache, value_cache)` pair, each `(batch, max_length,
             num_heads, head_dim)`, written at `cache_update_index`, the
             queries attending over the whole cache; for linear the
@@ -60,6 +70,11 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> layer = MultiHeadAttention(num_heads=2, head_dim=4)
     >>> tuple(layer(np.zeros((1, 3, 8), "float32")).shape)
     (1, 3, 8)
+    >>> layer = MultiHeadAttention(num_heads=2, head_dim=4, attention="relative",
+    ...                            attention_options={"max_distance": 8})
+    >>> _ = layer(np.zeros((1, 3, 8), "float32"), is_causal=True)
+    >>> tuple(layer.mechanism_weights["relative_key_embeddings"].shape)
+    (17, 4)
     """
 
     def __init__(
@@ -68,6 +83,7 @@ class MultiHeadAttention(keras.layers.Layer):
         head_dim,
         output_dim=None,
         attention="softmax",
+        attention_options=None,
         dropout=0.0,
         use_bias=True,
         kernel_initializer="glorot_uniform",
@@ -78,6 +94,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.head_dim = head_dim
         self.output_dim = output_dim
         self.attention = attention
+        self.attention_options = dict(attention_options or {})
+        check_options(attention, self.attention_options)
+        self._call_options = call_options(attention, self.attention_options)
         self.dropout = dropout
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -89,6 +108,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = self._projection(inner_dim, "key")
         self.value_dense = self._projection(inner_dim, "value")
         self.output_dense = None
+        self.mechanism_weights = {}
 
     def _projection(self, units, name):
         return keras.layers.Dense(
@@ -107,6 +127,23 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim = self.output_dim or query_shape[-1]
         self.output_dense = self._projection(output_dim, "output")
         self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.head_dim,))
+        weights = mechanism_weights(self.attention, self.num_heads, self.head_dim, self.attention_options)
+        self.mechanism_weights = {
+            name: self.add_weight(shape=shape, initializer=initializer, name=name)
+            for name, (shape, initializer) in weights.items()
+        }
+
+    def _mechanism_arguments(self):
+        """The options and weights every call passes to the mechanism."""
+        return {**self._call_options, **self.mechanism_weights}
+
+    def initial_cache(self, batch, max_length):
+        """The empty decoding cache of this layer: the mechanism's
+        `initial_cache` for its heads, options and compute dtype (see
+        `attention.registry.DecodingCache`)."""
+        return get_decoding(self.attention).initial_cache(
+            batch, max_length, self.num_heads, self.head_dim, self.compute_dtype, **self._call_options
+        )
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
@@ -140,6 +177,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 dropout_rate=self.dropout,
                 training=bool(training),
                 seed_generator=self.seed_generator,
+                **self._mechanism_arguments(),
             )
         else:
             value = query if value is None else value
@@ -152,6 +190,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 dropout_rate=self.dropout,
                 training=bool(training),
                 seed_generator=self.seed_generator,
+                **self._mechanism_arguments(),
             )
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))
@@ -171,6 +210,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "head_dim": self.head_dim,
                 "output_dim": self.output_dim,
                 "attention": self.attention,
+                "attention_options": self.attention_options,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),

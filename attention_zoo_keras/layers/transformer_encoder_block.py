@@ -35,6 +35,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         norm_first: `False` for post-norm (BERT), `True` for pre-norm.
         is_causal: mask out future positions (decoder-only models).
         attention: attention mechanism name.
+        attention_options: the mechanism's options (see `MultiHeadAttention`).
         kernel_initializer: initializer of every kernel.
 
     Call args:
@@ -67,6 +68,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         norm_first=False,
         is_causal=False,
         attention="softmax",
+        attention_options=None,
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
@@ -81,6 +83,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.norm_first = norm_first
         self.is_causal = is_causal
         self.attention = attention
+        self.attention_options = dict(attention_options or {})
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
         def norm(name):
@@ -114,6 +117,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             num_heads=self.num_heads,
             head_dim=self.head_dim or hidden_dim // self.num_heads,
             attention=self.attention,
+            attention_options=self.attention_options,
             dropout=self.attention_dropout,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
@@ -174,6 +178,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 "norm_first": self.norm_first,
                 "is_causal": self.is_causal,
                 "attention": self.attention,
+                "attention_options": self.attention_options,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )

@@ -34,7 +34,10 @@ class BertBackbone(Backbone):
         num_segments: number of segment (token type) ids.
         activation: feed-forward activation (`"gelu"` is BERT's exact GELU).
         layer_norm_epsilon: epsilon of every layer norm.
-        attention: attention mechanism name, `"softmax"` for BERT.
+        attention: attention mechanism name, `"softmax"` for BERT; any
+            mechanism of `attention.mechanism_names()` works in the encoder.
+        attention_options: the mechanism's options as a dict, e.g.
+            `{"block_size": 64}` for `"local"` (see `MultiHeadAttention`).
         initializer_range: standard deviation of the truncated-normal init.
         dtype: dtype policy of every layer, e.g. `"bfloat16"`.
 
@@ -70,6 +73,7 @@ class BertBackbone(Backbone):
         activation="gelu",
         layer_norm_epsilon=1e-12,
         attention="softmax",
+        attention_options=None,
         initializer_range=0.02,
         dtype=None,
         **kwargs,
@@ -101,6 +105,7 @@ class BertBackbone(Backbone):
                 layer_norm_epsilon=layer_norm_epsilon,
                 norm_first=False,
                 attention=attention,
+                attention_options=attention_options,
                 kernel_initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name=f"transformer_layer_{index}",
@@ -142,6 +147,7 @@ class BertBackbone(Backbone):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention = attention
+        self.attention_options = dict(attention_options or {})
         self.initializer_range = initializer_range
 
     def validate_inputs(self, inputs):
@@ -167,6 +173,7 @@ class BertBackbone(Backbone):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "attention": self.attention,
+                "attention_options": self.attention_options,
                 "initializer_range": self.initializer_range,
             }
         )

@@ -37,7 +37,14 @@ class GPTBackbone(Backbone):
         layer_norm_epsilon: epsilon of every layer norm.
         attention: attention mechanism name, `"softmax"` for GPT-2;
             `"linear"` gives a linear-attention Transformer (Katharopoulos
-            et al., 2020) that generates with a constant-size recurrent state.
+            et al., 2020) that generates with a constant-size recurrent state;
+            `"relative"` with `attention_options={"max_distance":
+            max_sequence_length - 1, "per_head": True, "value_embeddings":
+            False}` a Music-Transformer-style LM. Any causal mechanism with
+            a decoding cache (see `attention.registry.get_decoding`) can
+            generate.
+        attention_options: the mechanism's options as a dict (see
+            `MultiHeadAttention`).
         initializer_range: standard deviation of the truncated-normal init.
         dtype: dtype policy of every layer, e.g. `"bfloat16"`.
 
@@ -72,6 +79,7 @@ class GPTBackbone(Backbone):
         activation="gelu_new",
         layer_norm_epsilon=1e-5,
         attention="softmax",
+        attention_options=None,
         initializer_range=0.02,
         dtype=None,
         **kwargs,
@@ -103,6 +111,7 @@ class GPTBackbone(Backbone):
                 norm_first=True,
                 is_causal=True,
                 attention=attention,
+                attention_options=attention_options,
                 kernel_initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name=f"transformer_layer_{index}",
@@ -141,6 +150,7 @@ class GPTBackbone(Backbone):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.attention = attention
+        self.attention_options = dict(attention_options or {})
         self.initializer_range = initializer_range
 
     def validate_inputs(self, inputs):
@@ -163,6 +173,7 @@ class GPTBackbone(Backbone):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "attention": self.attention,
+                "attention_options": self.attention_options,
                 "initializer_range": self.initializer_range,
             }
         )

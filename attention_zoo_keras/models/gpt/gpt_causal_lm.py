@@ -113,11 +113,8 @@ class GPTCausalLM(Task):
         torch without gradients a key/value cache is written in place (see
         `backend_support.write_rows`).
         """
-        backbone = self.backbone
-        head_dim = backbone.hidden_dim // backbone.num_heads
         return tuple(
-            self.decoding.initial_cache(batch_size, max_length, backbone.num_heads, head_dim, backbone.compute_dtype)
-            for _ in range(backbone.num_layers)
+            block.self_attention.initial_cache(batch_size, max_length) for block in self.backbone.transformer_layers
         )
 
     def _decoder_pass(self, token_ids, cache, cache_update_index, padding_mask=None):

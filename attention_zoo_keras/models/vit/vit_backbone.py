@@ -94,6 +94,8 @@ class ViTBackbone(Backbone):
         activation: feed-forward activation (`"gelu"` is the exact GELU).
         attention: attention mechanism name (see
             `attention.mechanism_names()`), `"softmax"` for ViT.
+        attention_options: the mechanism's options as a dict (see
+            `MultiHeadAttention`).
         use_pooler: add `pooled_output = tanh(Dense(class token))`.
         initializer_range: standard deviation of the truncated-normal init.
         dtype: dtype policy of every layer, e.g. `"bfloat16"`.
@@ -138,6 +140,7 @@ class ViTBackbone(Backbone):
         layer_norm_epsilon=1e-12,
         activation="gelu",
         attention="softmax",
+        attention_options=None,
         use_pooler=False,
         initializer_range=0.02,
         dtype=None,
@@ -172,6 +175,7 @@ class ViTBackbone(Backbone):
                 layer_norm_epsilon=layer_norm_epsilon,
                 norm_first=True,
                 attention=attention,
+                attention_options=attention_options,
                 kernel_initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name=f"transformer_layer_{index}",
@@ -216,6 +220,7 @@ class ViTBackbone(Backbone):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.activation = activation
         self.attention = attention
+        self.attention_options = dict(attention_options or {})
         self.use_pooler = use_pooler
         self.initializer_range = initializer_range
 
@@ -291,6 +296,7 @@ class ViTBackbone(Backbone):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "activation": self.activation,
                 "attention": self.attention,
+                "attention_options": self.attention_options,
                 "use_pooler": self.use_pooler,
                 "initializer_range": self.initializer_range,
             }
