@@ -52,6 +52,8 @@ def test_wheel_ships_the_named_presets(tmp_path):
     )
     (wheel,) = tmp_path.glob("attention_zoo_keras-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for preset in ("bert_tiny", "bert_base", "bert_large", "minilm_l6", "gpt2", "gpt2_medium", "gpt2_large", "distilgpt2"):
-        assert f"attention_zoo_keras/presets/{preset}.json" in names
+    presets = sorted(path.name for path in (ROOT / "presets").glob("*.json"))
+    assert "linear_transformer_gpt2.json" in presets and "vit_base_patch16_224.json" in presets
+    for preset in presets:
+        assert f"attention_zoo_keras/presets/{preset}" in names
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)

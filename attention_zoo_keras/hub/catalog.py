@@ -1,7 +1,10 @@
 """Named presets: one JSON file per preset in the `presets/` folder.
 
 Each file names the class the preset builds, the hub source its files come
-from, a description, the parameter count and the license. The folder ships
+from, a description, the parameter count and the license; optionally
+`config_overrides`, backbone arguments that replace the source's (a preset
+that reuses another checkpoint's weights in a different architecture, such
+as `linear_transformer_gpt2`: GPT-2's weights with linear attention). The folder ships
 inside the wheel as `attention_zoo_keras/presets/`; in a source checkout it is
 the repository's top-level `presets/`.
 """

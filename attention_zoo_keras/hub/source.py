@@ -51,13 +51,16 @@ class PresetSource:
     def __init__(self, handle, family=None):
         self.handle = str(handle)
         self.preset_name = None
+        self.config_overrides = {}
         self.directory = None
         self.repo_id = None
         self.revision = None
         location = self.handle
         if not location.startswith(HF_PREFIX) and not self._looks_like_path(location):
             self.preset_name = location
-            location = get_preset(location, family=family)["source"]
+            entry = get_preset(location, family=family)
+            location = entry["source"]
+            self.config_overrides = dict(entry.get("config_overrides", {}))
         if location.startswith(HF_PREFIX):
             self.repo_id, self.revision = _parse_hf_handle(location)
         else:

@@ -109,6 +109,7 @@ class Backbone(ValidatesInputs, keras.Model):
         """The (unweighted) backbone a preset describes, and the keys its
         checkpoint may lack."""
         config = source.config()
+        kwargs = {**source.config_overrides, **kwargs}
         if is_native(config):
             data = backbone_config_of(config, source.description)
             backbone = deserialize(

@@ -261,3 +261,29 @@ def test_default_compile_is_applied_by_fit(tiny_gpt2_checkpoints):
     lm.fit(CORPUS[:4], batch_size=2, epochs=1, verbose=0)
     assert isinstance(lm.optimizer, keras.optimizers.AdamW)
     assert isinstance(lm.loss, keras.losses.SparseCategoricalCrossentropy)
+
+
+def test_linear_transformer_preset_is_gpt2_with_linear_attention(local_hub, tiny_gpt2_checkpoints):
+    """`linear_transformer_gpt2` loads GPT-2's checkpoint (here a tiny one served
+    as openai-community/gpt2) into a linear-attention backbone: the same weights,
+    the outputs of linear attention, and generation with the recurrent state."""
+    local_hub.add_repo("openai-community/gpt2", tiny_gpt2_checkpoints["lm"])
+    linear_lm = GPTCausalLM.from_preset("linear_transformer_gpt2")
+    softmax_lm = GPTCausalLM.from_preset(tiny_gpt2_checkpoints["lm"])
+    backbone = linear_lm.backbone
+    assert (backbone.attention, backbone.attention_dropout) == ("linear", 0.0)
+    for ours, reference in zip(linear_lm.weights, softmax_lm.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(reference))
+
+    reference = GPTBackbone(**{**softmax_lm.backbone.get_config(), "attention": "linear", "attention_dropout": 0.0})
+    reference.set_weights(softmax_lm.backbone.get_weights())
+    token_ids = np.random.default_rng(0).integers(0, backbone.vocabulary_size, (2, 12)).astype("int32")
+    features = {"token_ids": token_ids, "padding_mask": np.ones_like(token_ids)}
+    linear_hidden = keras.ops.convert_to_numpy(backbone(features)["sequence_output"])
+    np.testing.assert_allclose(linear_hidden, keras.ops.convert_to_numpy(reference(features)["sequence_output"]),
+                               atol=1e-5)
+    softmax_hidden = keras.ops.convert_to_numpy(softmax_lm.backbone(features)["sequence_output"])
+    assert np.abs(linear_hidden - softmax_hidden).max() > 1e-2  # a different function until fine-tuned
+
+    assert not linear_lm.decoding.position_addressed  # the recurrent state
+    assert linear_lm.generate("the cat", max_new_tokens=4, stop_token_ids=None).startswith("the cat")
