@@ -1,4 +1,5 @@
-"""The hint every "unknown name" error in the library ends with."""
+"""Names in errors: the hint every "unknown name" error ends with, and the
+registry of named objects (attention mechanisms, feature maps)."""
 
 import difflib
 
@@ -12,3 +13,68 @@ def did_you_mean(name, candidates, n=3, cutoff=0.6):
     """
     close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=cutoff)
     return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+class NameRegistry:
+    """Objects registered under unique names, with the library's errors for
+    a duplicate or an unknown name.
+
+    Args:
+        kind: what the objects are, for messages (`"attention mechanism"`).
+        plural: the plural of the last word of `kind`, for the list of
+            known names (`"mechanisms"`).
+
+    Example:
+
+    >>> colours = NameRegistry("colour", "colours")
+    >>> colours.add("red", 1)
+    >>> colours.get("red"), colours.names()
+    (1, ['red'])
+    >>> colours.get("rod")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown colour 'rod'. Did you mean: red? Known colours: red.
+    """
+
+    def __init__(self, kind, plural):
+        self.kind = kind
+        self.plural = plural
+        self._entries = {}
+
+    def add(self, name, value):
+        """Registers `value` as `name`; a name can be taken only once."""
+        if name in self._entries:
+            article = "An" if self.kind[0] in "aeiou" else "A"
+            raise ValueError(f"{article} {self.kind} named '{name}' already exists.")
+        self._entries[name] = value
+
+    def register(self, name):
+        """Decorator form of `add`."""
+
+        def decorator(value):
+            self.add(name, value)
+            return value
+
+        return decorator
+
+    def __contains__(self, name):
+        return name in self._entries
+
+    def names(self):
+        """Every registered name, sorted."""
+        return sorted(self._entries)
+
+    def get(self, name, note=""):
+        """The object registered as `name`.
+
+        Raises:
+            ValueError: for an unknown name, with the close names and all
+                known ones (then `note`, if given).
+        """
+        if name not in self._entries:
+            known = ", ".join(self.names())
+            raise ValueError(
+                f"Unknown {self.kind} '{name}'.{did_you_mean(name, self.names())} "
+                f"Known {self.plural}: {known}{note}."
+            )
+        return self._entries[name]

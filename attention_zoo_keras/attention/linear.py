@@ -68,7 +68,7 @@ from keras import ops
 from attention_zoo_keras.attention.registry import DecodingCache
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
-from attention_zoo_keras.naming import did_you_mean
+from attention_zoo_keras.naming import NameRegistry
 
 DEFAULT_EPS = 1e-6
 DEFAULT_CHUNK_SIZE = 64
@@ -76,24 +76,17 @@ DEFAULT_FEATURE_MAP = "elu_plus_one"
 
 # --- feature maps ---------------------------------------------------------
 
-_FEATURE_MAPS = {}
+_FEATURE_MAPS = NameRegistry("linear-attention feature map", "feature maps")
 
 
 def register_feature_map(name):
     """Decorator: make a feature map `φ(x)` available under `name`."""
-
-    def decorator(function):
-        if name in _FEATURE_MAPS:
-            raise ValueError(f"A linear-attention feature map named '{name}' already exists.")
-        _FEATURE_MAPS[name] = function
-        return function
-
-    return decorator
+    return _FEATURE_MAPS.register(name)
 
 
 def feature_map_names():
     """Names of every registered feature map, sorted."""
-    return sorted(_FEATURE_MAPS)
+    return _FEATURE_MAPS.names()
 
 
 def get_feature_map(feature_map):
@@ -110,13 +103,7 @@ def get_feature_map(feature_map):
             f"feature_map must be a name ({', '.join(feature_map_names())}) or a callable; "
             f"got {feature_map!r}."
         )
-    if feature_map not in _FEATURE_MAPS:
-        hint = did_you_mean(feature_map, feature_map_names())
-        raise ValueError(
-            f"Unknown linear-attention feature map '{feature_map}'.{hint} "
-            f"Known feature maps: {', '.join(feature_map_names())} (or pass a callable)."
-        )
-    return _FEATURE_MAPS[feature_map]
+    return _FEATURE_MAPS.get(feature_map, note=" (or pass a callable)")
 
 
 @register_feature_map("elu_plus_one")

@@ -38,9 +38,10 @@ mechanism.
 import abc
 import inspect
 
+from attention_zoo_keras.naming import NameRegistry
 from attention_zoo_keras.naming import did_you_mean
 
-_MECHANISMS = {}
+_MECHANISMS = NameRegistry("attention mechanism", "mechanisms")
 _WEIGHTS = {}
 _DECODINGS = {}
 
@@ -67,9 +68,7 @@ def register_mechanism(name, weights=None):
     """
 
     def decorator(function):
-        if name in _MECHANISMS:
-            raise ValueError(f"An attention mechanism named '{name}' already exists.")
-        _MECHANISMS[name] = function
+        _MECHANISMS.add(name, function)
         if weights is not None:
             _WEIGHTS[name] = weights
         return function
@@ -79,7 +78,7 @@ def register_mechanism(name, weights=None):
 
 def mechanism_names():
     """Names of every registered attention mechanism, sorted."""
-    return sorted(_MECHANISMS)
+    return _MECHANISMS.names()
 
 
 def get_mechanism(name):
@@ -88,13 +87,7 @@ def get_mechanism(name):
     Raises:
         ValueError: for an unknown name, listing the known ones.
     """
-    if name not in _MECHANISMS:
-        hint = did_you_mean(name, mechanism_names())
-        raise ValueError(
-            f"Unknown attention mechanism '{name}'.{hint} "
-            f"Known mechanisms: {', '.join(mechanism_names())}."
-        )
-    return _MECHANISMS[name]
+    return _MECHANISMS.get(name)
 
 
 def _keyword_defaults(function, excluded):
