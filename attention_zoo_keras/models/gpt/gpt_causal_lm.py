@@ -324,25 +324,32 @@ class GPTCausalLM(Task):
         return ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), cache
 
     def _prompt_pass_length(self, prompt_length, buffer_length):
-        """How many positions the pass before the decoding loop feeds, for
-        prompts at least `prompt_length` long. The loop feeds position
-        `prompt_length − 1` and every later one, once each. A recurrent
-        state must see each position exactly once, so the pass covers
-        exactly `[0, prompt_length − 1)`; a key/value cache may be rewritten,
-        so its pass is rounded up to `PROMPT_MULTIPLE` (fewer compilations;
-        the loop rewrites those positions with the same or later tokens)."""
-        if self.decoding.position_addressed:
-            return _round_up(prompt_length, PROMPT_MULTIPLE, buffer_length)
-        return prompt_length - 1
+        """How many positions the pass before the decoding loop covers, for
+        prompts at least `prompt_length` long: `[0, prompt_length − 1)` —
+        the loop feeds position `prompt_length − 1` and every later one —
+        rounded up to `PROMPT_MULTIPLE` so that new prompt lengths rarely
+        recompile. A key/value cache may be rewritten (the loop rewrites the
+        extra positions with the same or later tokens); a recurrent state
+        must see each position once, so `_prefilled_cache` masks the extra
+        positions out of it."""
+        fed = prompt_length if self.decoding.position_addressed else prompt_length - 1
+        return _round_up(fed, PROMPT_MULTIPLE, buffer_length)
 
-    def _prefilled_cache(self, token_ids, prompt_tokens):
+    def _prefilled_cache(self, token_ids, prompt_tokens, loop_start):
         """A cache for the `(batch, buffer_length)` buffer `token_ids`, after
         the prompt pass over `prompt_tokens` `(batch, pass_length)` at
-        positions `0 …` (none for an empty pass)."""
+        positions `0 …` (none for an empty pass). `loop_start` (an int32
+        scalar tensor) is the first position the decoding loop feeds; a
+        recurrent state is given only the positions before it."""
         cache = self.init_cache(ops.shape(token_ids)[0], ops.shape(token_ids)[1])
-        if prompt_tokens.shape[1] == 0:
+        pass_length = prompt_tokens.shape[1]
+        if pass_length == 0:
             return cache
-        _, cache = self._decoder_pass(prompt_tokens, cache, 0)
+        padding_mask = None
+        if not self.decoding.position_addressed:
+            fed = ops.arange(pass_length, dtype="int32")[None, :] < loop_start
+            padding_mask = ops.broadcast_to(fed, ops.shape(prompt_tokens))
+        _, cache = self._decoder_pass(prompt_tokens, cache, 0, padding_mask=padding_mask)
         return cache
 
     def _buffer(self, prompts, length, pad_id):
@@ -379,7 +386,7 @@ class GPTCausalLM(Task):
             step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
-                cache = self._prefilled_cache(token_ids, prompt_tokens)
+                cache = self._prefilled_cache(token_ids, prompt_tokens, start_index - 1)
                 return decode_in_place(
                     step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache, start_index,
                     sampler, pad_id, constants=(self.lm_head.output_kernel(self.backbone.compute_dtype),),
@@ -414,7 +421,7 @@ class GPTCausalLM(Task):
             step = compile_step(self._next_token_logits, self.variables)
 
             def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
-                cache = self._prefilled_cache(token_ids, prompt_tokens)
+                cache = self._prefilled_cache(token_ids, prompt_tokens, prompt_length - 1)
                 cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
                 return beam_search(
                     step, token_ids, cache, prompt_length, max_length, stop_ids,
