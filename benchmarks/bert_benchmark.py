@@ -49,6 +49,15 @@ import sys
 import time
 import traceback
 
+# Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import apply_backend_threads  # noqa: E402
+from timing import cpu_model  # noqa: E402
+from timing import fmt_ms  # noqa: E402
+from timing import limit_threads  # noqa: E402
+from timing import paired_ratio  # noqa: E402
+from timing import versions  # noqa: E402
+
 BERT_BASE = dict(
     vocabulary_size=30522,
     num_layers=12,
@@ -92,50 +101,6 @@ def parse_args(argv=None):
     parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
-
-
-def limit_threads(threads):
-    """Same thread budget for every library; must run before they are imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = str(threads)
-    os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
-    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)
-    if threads == 1:
-        # XLA:CPU (JAX, TF with jit_compile) has no "N threads" knob; it can only
-        # be switched to one thread. With N > 1 it uses every core.
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = (
-            flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        ).strip()
-
-
-def apply_backend_threads(backend, threads):
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    try:
-        import torch
-    except ImportError:
-        return
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(threads)
-    except RuntimeError:
-        pass  # already set, or parallel work already started
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
@@ -260,29 +225,6 @@ def transformers_steps(inputs, config):
 
 
 # --------------------------------------------------------------------------- main
-
-
-def versions(backend):
-    import importlib.metadata as md
-
-    names = ["keras", "keras-hub", "numpy", "transformers", "torch"]
-    names += {"jax": ["jax", "jaxlib"], "tensorflow": ["tensorflow", "tensorflow-cpu"]}.get(backend, [])
-    found = {}
-    for name in names:
-        try:
-            found[name] = md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return found
-
-
-def paired_ratio(times, reference_times):
-    """Median over rounds of times[i] / reference_times[i]."""
-    return statistics.median(t / r for t, r in zip(times, reference_times))
-
-
-def fmt_ms(seconds):
-    return f"{seconds * 1e3:10.1f}"
 
 
 def main(argv=None):

@@ -62,13 +62,13 @@ import sys
 import time
 import traceback
 
-# Shared helpers of the BERT benchmark (stdlib-only at import time).
+# Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bert_benchmark import apply_backend_threads  # noqa: E402
-from bert_benchmark import cpu_model  # noqa: E402
-from bert_benchmark import limit_threads  # noqa: E402
-from bert_benchmark import paired_ratio  # noqa: E402
-from bert_benchmark import versions  # noqa: E402
+from timing import apply_backend_threads  # noqa: E402
+from timing import cpu_model  # noqa: E402
+from timing import limit_threads  # noqa: E402
+from timing import paired_ratio  # noqa: E402
+from timing import versions  # noqa: E402
 
 GPT2_SMALL = dict(
     vocabulary_size=50257,

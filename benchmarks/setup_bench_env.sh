@@ -20,7 +20,7 @@ pip install "torch==2.13.0"
 # that conflicts with tensorflow-cpu, pip resolves it (possibly installing
 # `tensorflow` instead, which runs on the CPU just the same).
 pip install "torch==2.13.0" "jax[cpu]" tensorflow-cpu keras keras-hub transformers \
-    tokenizers safetensors huggingface_hub
+    tokenizers safetensors huggingface_hub matplotlib
 # The package itself, without re-resolving its dependencies (they are above).
 pip install --no-deps -e .
-pip list 2>/dev/null | grep -iE '^(torch|jax|jaxlib|tensorflow.*|keras.*|transformers|numpy) '
+pip list 2>/dev/null | grep -iE '^(torch|jax|jaxlib|tensorflow.*|keras.*|transformers|numpy|matplotlib) '

@@ -1,0 +1,140 @@
+"""Helpers shared by the benchmark scripts: thread limits, machine and
+version reports, load averages, peak-memory counters and ratio/format
+helpers.
+
+Only the standard library is imported at module level, so a script can
+import this before it sets the thread environment variables and only then
+imports numpy, Keras and the backends (`limit_threads` must run first).
+"""
+
+import ctypes
+import gc
+import os
+import platform
+import statistics
+
+
+def limit_threads(threads):
+    """Same thread budget for every library; must run before they are imported."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)
+    if threads == 1:
+        # XLA:CPU (JAX, TF with jit_compile) has no "N threads" knob; it can only
+        # be switched to one thread. With N > 1 it uses every core.
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (
+            flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        ).strip()
+
+
+def apply_backend_threads(backend, threads):
+    """The thread limits that TensorFlow and torch take through their APIs
+    (call after importing Keras)."""
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:
+        pass  # already set, or parallel work already started
+
+
+def cpu_model():
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def versions(backend, extra=()):
+    """`{package: version}` of the installed packages a benchmark on
+    `backend` depends on (plus the names in `extra`); missing ones are
+    left out."""
+    import importlib.metadata as md
+
+    names = ["keras", "keras-hub", "numpy", "transformers", "torch"]
+    names += {"jax": ["jax", "jaxlib"], "tensorflow": ["tensorflow", "tensorflow-cpu"]}.get(backend, [])
+    names += list(extra)
+    found = {}
+    for name in names:
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return found
+
+
+def load_average():
+    """`os.getloadavg()` (1, 5, 15 minutes) as a list, for the JSON results."""
+    return list(os.getloadavg())
+
+
+def fmt_load(load):
+    """A load average triple as `"a, b, c"`."""
+    return ", ".join(f"{x:.2f}" for x in load)
+
+
+def paired_ratio(times, reference_times):
+    """Median over rounds of times[i] / reference_times[i]."""
+    return statistics.median(t / r for t, r in zip(times, reference_times))
+
+
+def fmt_ms(seconds):
+    """Seconds as right-aligned milliseconds with one decimal."""
+    return f"{seconds * 1e3:10.1f}"
+
+
+def _status_bytes(field):
+    """A `kB` field of /proc/self/status (VmRSS, VmHWM) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def reset_peak_rss():
+    """Starts a peak-memory measurement: collects Python's garbage, returns
+    glibc's free heap pages to the kernel (`malloc_trim(0)`, so that memory
+    freed earlier is not silently reused and missed) and resets the kernel's
+    peak-RSS counter (`/proc/self/clear_refs`, value 5). Returns `(resident
+    bytes now, method)`; where clear_refs is not writable the peak is
+    `ru_maxrss`, the peak since the process started, and `method` says so.
+    Read the peak with `peak_rss()`."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_bytes("VmRSS"), "VmHWM after clear_refs"
+    except OSError:
+        return _status_bytes("VmRSS"), "ru_maxrss (peak since process start)"
+
+
+def peak_rss():
+    """Peak resident bytes since the last `reset_peak_rss` (VmHWM), or since
+    the process started where /proc/self/status has none."""
+    try:
+        return _status_bytes("VmHWM")
+    except (OSError, KeyError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
