@@ -12,7 +12,10 @@ from attention_zoo_keras import attention
 from attention_zoo_keras import generation
 from attention_zoo_keras import hub
 from attention_zoo_keras import layers
+from attention_zoo_keras import losses
 from attention_zoo_keras import models
+from attention_zoo_keras import optimizers
 from attention_zoo_keras import tokenizers
+from attention_zoo_keras import training
 from attention_zoo_keras.hub.catalog import list_presets
 from attention_zoo_keras.version import __version__

@@ -25,7 +25,7 @@ where ``s`` is the first token the long call generates (greedy, so the
 short call emits ``s`` first and stops there; checked on every call). Both
 calls have the same ``max_new_tokens``, hence the same buffer
 (``generate`` rounds ``c + n`` up to a multiple of 64,
-``gpt_causal_lm.BUFFER_MULTIPLE``) and the same prompt pass; changing
+``generative_task.BUFFER_MULTIPLE``) and the same prompt pass; changing
 ``max_new_tokens`` instead would change the buffer, and a softmax prompt
 pass attends over the whole buffer, so the prompt pass would not cancel.
 (The stop id is also the pad id, a constant of the compiled program, so
@@ -328,7 +328,7 @@ def main(argv=None):
     import keras
     import numpy as np
 
-    from attention_zoo_keras.models.gpt.gpt_causal_lm import BUFFER_MULTIPLE
+    from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 
     backend = keras.backend.backend()
     apply_backend_threads(backend, args.threads)

@@ -57,6 +57,7 @@ def beam_search(
     length_penalty=1.0,
     early_stopping=False,
     constants=(),
+    process_log_probs=None,
 ):
     """Best continuation of each prompt (all prompts the same length).
 
@@ -75,6 +76,12 @@ def beam_search(
         stop_token_ids: `(num_stop,)` int32 (`[-1]` for none).
         num_beams, length_penalty, early_stopping: see the module docstring.
         constants: more tensors `step` takes, the same at every step.
+        process_log_probs: optionally `process_log_probs(log_probs (batch·K,
+            vocabulary), index) -> log_probs`, applied to each step's
+            log-probabilities of the token after position `index` before
+            they add to the beams' scores (as `transformers` applies its
+            logits processors in beam search: e.g. suppressed tokens at −∞,
+            not renormalised).
 
     Returns:
         `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
@@ -105,6 +112,8 @@ def beam_search(
         previous = ops.reshape(ops.take(running, index - 1, axis=2), (batch * beams, 1))
         logits, cache = step(previous, cache, index - 1, *constants)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        if process_log_probs is not None:
+            log_probs = process_log_probs(log_probs, index - 1)
         vocabulary = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch, beams, vocabulary)) + running_scores[:, :, None]
         top_scores, top_indices = ops.top_k(ops.reshape(log_probs, (batch, beams * vocabulary)), k=keep)

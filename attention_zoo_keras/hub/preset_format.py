@@ -7,7 +7,8 @@ A native preset directory holds:
 - `model.safetensors` (or shards and `model.safetensors.index.json`): weights
   keyed by variable path;
 - `preprocessor.json` and `tokenizer.json` (the `tokenizers` format) when a
-  preprocessor is attached;
+  preprocessor is attached, with any other file its tokenizer needs (a
+  translation tokenizer's target side, say);
 - `metadata.json`: versions, the backend it was saved with, parameter count,
   date;
 - `README.md`: a model card with Hub metadata.
@@ -80,13 +81,14 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
 
 
 def write_preprocessor_files(preprocessor, directory):
-    """`preprocessor.json`, and `tokenizer.json` if it has a tokenizer, into `directory`."""
+    """`preprocessor.json`, and its tokenizer's files (`tokenizer.json`, ...)
+    if it has a tokenizer, into `directory`."""
     _write_json(
         directory / PREPROCESSOR_FILE,
         {"library": PACKAGE, "library_version": __version__, **serialize(preprocessor)},
     )
     if preprocessor.tokenizer is not None:
-        preprocessor.tokenizer.save(directory / TOKENIZER_FILE)
+        preprocessor.tokenizer.save(directory)
 
 
 def load_arrays(source):

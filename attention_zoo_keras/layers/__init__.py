@@ -6,3 +6,6 @@ from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
+from attention_zoo_keras.layers.sinusoidal_position_embedding import SinusoidalPositionEmbedding
+from attention_zoo_keras.layers.transformer_decoder_block import TransformerDecoderBlock
+from attention_zoo_keras.layers.tied_lm_head import TiedLMHead

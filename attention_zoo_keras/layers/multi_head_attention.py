@@ -45,6 +45,9 @@ class MultiHeadAttention(keras.layers.Layer):
     Call args:
         query: `(batch, query_length, dim)`.
         value: `(batch, key_length, dim)`; defaults to `query` (self-attention).
+        key_value: instead of `value`, its keys and values already projected
+            to heads by `project_key_value(value)` — cross-attention during
+            decoding projects the encoder's output once, not at every step.
         attention_mask: boolean `(batch, query_length or 1, key_length)`;
             `True` where a query may attend to a key.
         is_causal: also mask out later positions.
@@ -149,6 +152,12 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
 
+    def project_key_value(self, value):
+        """`(key, value)` heads of `value` `(batch, key_length, dim)`, each
+        `(batch, key_length, num_heads, head_dim)`: what `call(key_value=...)`
+        takes."""
+        return self._split_heads(self.key_dense(value)), self._split_heads(self.value_dense(value))
+
     def call(
         self,
         query,
@@ -158,11 +167,12 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
         cache=None,
         cache_update_index=None,
+        key_value=None,
     ):
         query_heads = self._split_heads(self.query_dense(query))
         mask = None if attention_mask is None else attention_mask[:, None, :, :]
         if cache is not None:
-            if value is not None:
+            if value is not None or key_value is not None:
                 raise ValueError("A decoding cache is only supported for self-attention (value=None).")
             if cache_update_index is None:
                 raise ValueError("A decoding cache needs cache_update_index, the position of the first new token.")
@@ -180,11 +190,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 **self._mechanism_arguments(),
             )
         else:
-            value = query if value is None else value
+            if key_value is None:
+                key_value = self.project_key_value(query if value is None else value)
+            elif value is not None:
+                raise ValueError("Pass value or key_value, not both.")
             attended = self._mechanism(
                 query_heads,
-                self._split_heads(self.key_dense(value)),
-                self._split_heads(self.value_dense(value)),
+                *key_value,
                 attention_mask=mask,
                 is_causal=is_causal,
                 dropout_rate=self.dropout,

@@ -86,13 +86,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.attention_options = dict(attention_options or {})
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
-        def norm(name):
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=name
-            )
-
-        self.attention_norm = norm("attention_norm")
-        self.output_norm = norm("output_norm")
+        self.attention_norm = self._layer_norm("attention_norm")
+        self.output_norm = self._layer_norm("output_norm")
         self.feed_forward = FeedForward(
             intermediate_dim,
             activation=activation,
@@ -100,35 +95,53 @@ class TransformerEncoderBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="feed_forward",
         )
-        self.attention_output_dropout = keras.layers.Dropout(
-            dropout, dtype=self.dtype_policy, name="attention_output_dropout"
-        )
-        self.feed_forward_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="feed_forward_dropout")
+        self.attention_output_dropout = self._dropout("attention_output_dropout")
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
         self.self_attention = None
 
-    def build(self, input_shape):
-        hidden_dim = input_shape[-1]
+    def _layer_norm(self, name):
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
+
+    def _dropout(self, name):
+        """Dropout on a residual branch."""
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _attention_layer(self, hidden_dim, name, attention="softmax", attention_options=None):
+        """A `MultiHeadAttention` of this block's heads, dropout and initializer."""
         if self.head_dim is None and hidden_dim % self.num_heads:
             raise ValueError(
                 f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}; "
                 "pass head_dim explicitly."
             )
-        self.self_attention = MultiHeadAttention(
+        return MultiHeadAttention(
             num_heads=self.num_heads,
             head_dim=self.head_dim or hidden_dim // self.num_heads,
-            attention=self.attention,
-            attention_options=self.attention_options,
+            attention=attention,
+            attention_options=attention_options,
             dropout=self.attention_dropout,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
-            name="self_attention",
+            name=name,
+        )
+
+    def build(self, input_shape):
+        self.self_attention = self._attention_layer(
+            input_shape[-1], "self_attention", self.attention, self.attention_options
         )
         self.self_attention.build(input_shape)
         self.attention_norm.build(input_shape)
         self.feed_forward.build(input_shape)
         self.output_norm.build(input_shape)
 
-    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
+    def _residual(self, x, norm, branch):
+        """`x` plus `branch`, normalised before the branch (pre-norm) or
+        after the sum (post-norm)."""
+        if self.norm_first:
+            return x + branch(norm(x))
+        return norm(x + branch(x))
+
+    def _self_attention_sublayer(self, x, attention_mask, training, cache, cache_update_index):
+        """The self-attention residual sublayer; `(h, updated cache or None)`."""
         new_cache = []
 
         def attend(h):
@@ -148,17 +161,20 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 new_cache.append(updated)
             return self.attention_output_dropout(attended, training=training)
 
+        h = self._residual(x, self.attention_norm, attend)
+        return h, (new_cache[0] if new_cache else None)
+
+    def _feed_forward_sublayer(self, x, training):
         def feed_forward(h):
             return self.feed_forward_dropout(self.feed_forward(h), training=training)
 
-        if self.norm_first:
-            x = x + attend(self.attention_norm(x))
-            y = x + feed_forward(self.output_norm(x))
-        else:
-            x = self.attention_norm(x + attend(x))
-            y = self.output_norm(x + feed_forward(x))
+        return self._residual(x, self.output_norm, feed_forward)
+
+    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
+        h, new_cache = self._self_attention_sublayer(x, attention_mask, training, cache, cache_update_index)
+        y = self._feed_forward_sublayer(h, training)
         if cache is not None:
-            return y, new_cache[0]
+            return y, new_cache
         return y
 
     def compute_output_shape(self, input_shape):

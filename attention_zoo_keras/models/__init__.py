@@ -14,6 +14,10 @@ from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt import GPTTokenizer
 from attention_zoo_keras.models.preprocessor import Preprocessor
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.models.transformer import TransformerBackbone
+from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM
+from attention_zoo_keras.models.transformer import TransformerSeq2SeqLMPreprocessor
+from attention_zoo_keras.models.transformer import TransformerTokenizer
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from attention_zoo_keras.models.vit import ViTImageConverter

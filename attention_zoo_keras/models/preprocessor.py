@@ -7,10 +7,8 @@ from pathlib import Path
 
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
-from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
 from attention_zoo_keras.hub.preset_format import is_native
 from attention_zoo_keras.hub.preset_format import write_preprocessor_files
-from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.registration import registered_class
 
@@ -74,23 +72,15 @@ class Preprocessor:
             tokenizer = converter.tokenizer(source, config) if cls.tokenizer_cls else None
             settings = converter.preprocessor_config(source, config)
             return cls._build(tokenizer, {**settings, **kwargs})
-        tokenizer = None
-        if cls.tokenizer_cls is not None:
-            tokenizer_path = source.file(TOKENIZER_FILE)
-            if tokenizer_path is None:
-                raise PresetFileError(
-                    f"Preset '{source.description}' has no '{TOKENIZER_FILE}', so no preprocessor "
-                    "can be built from it; pass `preprocessor=` yourself."
-                )
-            tokenizer = cls.tokenizer_cls.from_file(tokenizer_path)
+        tokenizer = cls.tokenizer_cls.from_source(source) if cls.tokenizer_cls is not None else None
         data = source.json(PREPROCESSOR_FILE, required=False) or {"config": {}}
         if "class_name" in data:
             registered_class(data["class_name"], source=f"{PREPROCESSOR_FILE} of '{source.description}'")
         return cls._build(tokenizer, {**data["config"], **kwargs})
 
     def save_to_preset(self, directory):
-        """Writes `preprocessor.json` (and `tokenizer.json`, if it has a
-        tokenizer) into `directory`.
+        """Writes `preprocessor.json` (and its tokenizer's files, such as
+        `tokenizer.json`, if it has a tokenizer) into `directory`.
 
         The files are written beside each other in a temporary folder first and
         then moved in, so a failure leaves the directory as it was.
@@ -99,6 +89,5 @@ class Preprocessor:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=directory, prefix=".preprocessor.") as staging:
             write_preprocessor_files(self, Path(staging))
-            for name in (PREPROCESSOR_FILE, TOKENIZER_FILE):
-                if (Path(staging) / name).exists():
-                    os.replace(Path(staging) / name, directory / name)
+            for path in Path(staging).iterdir():
+                os.replace(path, directory / path.name)

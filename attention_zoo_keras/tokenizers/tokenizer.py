@@ -3,7 +3,10 @@
 The wrapped tokenizer does normalization, pre-tokenization and the subword
 model; special tokens, truncation and padding are the preprocessor's job,
 so they are switched off here. Saved as `tokenizer.json`, the `tokenizers`
-library's own format, which other tools read too.
+library's own format, which other tools read too. A tokenizer writes its
+files into a preset directory (`save`) and reads itself back from a preset
+(`from_source`), so one that needs more files than `tokenizer.json` keeps
+them to itself.
 """
 
 import os
@@ -12,7 +15,43 @@ from pathlib import Path
 
 import tokenizers
 
+from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
 from attention_zoo_keras.hub.source import PresetFileError
+
+
+def read_tokenizer_json(path):
+    """The `tokenizers.Tokenizer` saved in `path`; raises `PresetFileError`
+    naming the file if it is not one."""
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception as error:  # the Rust library raises a bare Exception
+        raise PresetFileError(f"'{path}' is not a valid tokenizer.json: {error}") from error
+
+
+def required_file(source, filename):
+    """Local path of the tokenizer file `filename` of a `PresetSource`;
+    raises `PresetFileError` if the preset lacks it."""
+    path = source.file(filename)
+    if path is None:
+        raise PresetFileError(
+            f"Preset '{source.description}' has no '{filename}', so no preprocessor "
+            "can be built from it; pass `preprocessor=` yourself."
+        )
+    return path
+
+
+def write_atomically(path, write):
+    """Calls `write(temporary_path)` and moves the file written there to
+    `path`, so `path` never holds half a file."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 class Tokenizer:
@@ -39,10 +78,13 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path):
         """Reads a `tokenizer.json`."""
-        try:
-            return cls(tokenizers.Tokenizer.from_file(str(path)))
-        except Exception as error:  # the Rust library raises a bare Exception
-            raise PresetFileError(f"'{path}' is not a valid tokenizer.json: {error}") from error
+        return cls(read_tokenizer_json(path))
+
+    @classmethod
+    def from_source(cls, source):
+        """Reads the tokenizer a preset holds (a `PresetSource`): its
+        `tokenizer.json`."""
+        return cls.from_file(required_file(source, TOKENIZER_FILE))
 
     @property
     def vocabulary_size(self):
@@ -68,14 +110,6 @@ class Tokenizer:
         """Text of a list of ids."""
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def save(self, path):
-        """Writes `tokenizer.json` to `path` (atomically)."""
-        path = Path(path)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        os.close(handle)
-        try:
-            self.backend.save(temporary)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
+    def save(self, directory):
+        """Writes `tokenizer.json` into `directory` (atomically)."""
+        write_atomically(Path(directory) / TOKENIZER_FILE, self.backend.save)

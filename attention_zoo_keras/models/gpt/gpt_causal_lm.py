@@ -9,56 +9,30 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.attention.registry import get_decoding
-from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
-from attention_zoo_keras.backend_support import materialize
 from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import check_beam_options
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
 from attention_zoo_keras.generation.samplers import get_sampler
+from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
+from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
+from attention_zoo_keras.models.generative_task import GenerativeTask
+from attention_zoo_keras.models.generative_task import check_beam_sampler_options
+from attention_zoo_keras.models.generative_task import right_padded
+from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.input_validation import check_id_range
-from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.text_preprocessor import as_text_list
 from attention_zoo_keras.registration import register
 
-# Generation buffers are rounded up to these multiples so that prompts of
-# similar lengths reuse one compiled program.
-BUFFER_MULTIPLE = 64
+# Prompt passes are rounded up to this multiple so that prompts of similar
+# lengths reuse one compiled program.
 PROMPT_MULTIPLE = 16
-BEAM_OPTIONS = {"num_beams", "length_penalty", "early_stopping"}
-
-
-class TiedLMHead(keras.layers.Layer):
-    """Vocabulary logits `h Eᵀ` with `E` the backbone's token embedding
-    matrix (shared, so this layer owns no weights).
-
-    Args:
-        token_embedding: the backbone's `keras.layers.Embedding`.
-    """
-
-    def __init__(self, token_embedding, **kwargs):
-        super().__init__(**kwargs)
-        self.token_embedding = token_embedding
-
-    def call(self, hidden):
-        return ops.matmul(hidden, self.output_kernel(hidden.dtype))
-
-    def output_kernel(self, dtype):
-        """`Eᵀ` `(hidden_dim, vocabulary)` in `dtype`. Decoding computes it once
-        and multiplies by it at every step: a matrix-vector product streams
-        a contiguous `(hidden_dim, vocabulary)` matrix faster than it reads
-        `E` transposed (GPT-2 small, one token: 13 against 18 ms under XLA on
-        a 2-core CPU)."""
-        return materialize(ops.transpose(ops.cast(self.token_embedding.embeddings, dtype)))
-
-    def compute_output_shape(self, hidden_shape):
-        return tuple(hidden_shape[:-1]) + (self.token_embedding.input_dim,)
 
 
 @register
-class GPTCausalLM(Task):
+class GPTCausalLM(GenerativeTask):
     """Predicts the next token at every position.
 
     Args:
@@ -188,17 +162,6 @@ class GPTCausalLM(Task):
         prompts = preprocessor.tokenizer.encode(as_text_list(inputs))
         return prompts, True, isinstance(inputs, str)
 
-    def _stop_token_ids(self, stop_token_ids):
-        if isinstance(stop_token_ids, str):
-            if stop_token_ids != "auto":
-                raise ValueError(f"stop_token_ids must be 'auto', None or a list of ids; got '{stop_token_ids}'.")
-            if self.preprocessor is None:
-                return ()
-            return (self.preprocessor.tokenizer.end_token_id,)
-        if stop_token_ids is None:
-            return ()
-        return tuple(int(i) for i in stop_token_ids)
-
     def generate(
         self,
         inputs,
@@ -261,11 +224,7 @@ class GPTCausalLM(Task):
         if self.preprocessor is not None:
             pad_id = self.preprocessor.tokenizer.end_token_id
         if sampler == "beam":
-            unknown = set(sampler_options) - BEAM_OPTIONS
-            if unknown:
-                raise ValueError(
-                    f"Beam search takes the options {sorted(BEAM_OPTIONS)}; got {sorted(unknown)}."
-                )
+            check_beam_sampler_options(sampler_options)
             token_ids, valid = self._beam_generate(prompts, lengths, end_positions, stop_ids, pad_id, **sampler_options)
         else:
             sampler = get_sampler(sampler, **sampler_options)
@@ -321,7 +280,7 @@ class GPTCausalLM(Task):
         `lm_head.output_kernel(...)`, computed once per generation."""
         x, cache = self._decoder_pass(token_column, cache, index)
         hidden = self.backbone.final_norm(x)[:, 0, :]
-        return ops.matmul(hidden, ops.cast(output_kernel, hidden.dtype)), cache
+        return self.lm_head(hidden, output_kernel=output_kernel), cache
 
     def _prompt_pass_length(self, prompt_length, buffer_length):
         """How many positions the pass before the decoding loop covers, for
@@ -333,7 +292,7 @@ class GPTCausalLM(Task):
         must see each position once, so `_prefilled_cache` masks the extra
         positions out of it."""
         fed = prompt_length if self.decoding.position_addressed else prompt_length - 1
-        return _round_up(fed, PROMPT_MULTIPLE, buffer_length)
+        return round_up(fed, PROMPT_MULTIPLE, buffer_length)
 
     def _prefilled_cache(self, token_ids, prompt_tokens, loop_start):
         """A cache for the `(batch, buffer_length)` buffer `token_ids`, after
@@ -352,27 +311,11 @@ class GPTCausalLM(Task):
         _, cache = self._decoder_pass(prompt_tokens, cache, 0, padding_mask=padding_mask)
         return cache
 
-    def _buffer(self, prompts, length, pad_id):
-        """Right-padded `(token_ids, prompt_mask)` numpy arrays `(batch, length)`."""
-        token_ids = np.full((len(prompts), length), pad_id, dtype="int32")
-        prompt_mask = np.zeros((len(prompts), length), dtype=bool)
-        for row, ids in enumerate(prompts):
-            token_ids[row, : len(ids)] = ids
-            prompt_mask[row, : len(ids)] = True
-        return token_ids, prompt_mask
-
-    def _compiled(self, key, build):
-        """The compiled generation function for `key`, built once by `build()`."""
-        functions = self.__dict__.setdefault("_generation_functions", {})
-        if key not in functions:
-            functions[key] = compile_inference(build(), self.variables)
-        return functions[key]
-
     def _sample_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed):
         limit = self.backbone.max_sequence_length
-        buffer_length = _round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
+        buffer_length = round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
         prompt_pass_length = self._prompt_pass_length(int(lengths.min()), buffer_length)
-        token_ids, prompt_mask = self._buffer(prompts, buffer_length, pad_id)
+        token_ids, prompt_mask = right_padded(prompts, buffer_length, pad_id)
         batch = len(prompts)
         # Position t of row b draws with the uniform [b, t] of a (batch,
         # longest total length) array from the seed: the same draws whatever
@@ -413,8 +356,8 @@ class GPTCausalLM(Task):
         result never depends on the others in the batch)."""
         num_beams, length_penalty, early_stopping = check_beam_options(num_beams, length_penalty, early_stopping)
         limit = self.backbone.max_sequence_length
-        buffer_length = _round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
-        token_ids, _ = self._buffer(prompts, buffer_length, pad_id)
+        buffer_length = round_up(int(end_positions.max()), BUFFER_MULTIPLE, limit)
+        token_ids, _ = right_padded(prompts, buffer_length, pad_id)
         valid = np.zeros(token_ids.shape, dtype=bool)
 
         def build():
@@ -448,8 +391,3 @@ class GPTCausalLM(Task):
             valid[rows] = np.arange(buffer_length)[None, :] < np.asarray(ops.convert_to_numpy(best_lengths))[:, None]
         return token_ids, valid
 
-
-def _round_up(value, multiple, cap):
-    """`value` rounded up to a multiple of `multiple`, at most `cap` (and at
-    least `value`)."""
-    return max(value, min(-(-value // multiple) * multiple, cap))

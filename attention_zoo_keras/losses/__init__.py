@@ -1,0 +1,3 @@
+"""Losses of the papers' training recipes."""
+
+from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
