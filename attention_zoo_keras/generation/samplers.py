@@ -29,6 +29,7 @@ Samplers (names for `generate(sampler=...)`):
 
 import inspect
 
+import numpy as np
 from keras import ops
 
 from attention_zoo_keras.naming import did_you_mean
@@ -174,6 +175,17 @@ class TopPSampler(Sampler):
 
     def config(self):
         return {"p": self.p, "temperature": self.temperature, "k": self.k}
+
+
+def sampler_uniforms(sampler, batch, buffer_length, total_length, seed):
+    """The numbers `choose` gets: `(batch, buffer_length)` float32, where
+    position `t` of row `b` takes the uniform `[b, t]` of a `(batch,
+    total_length)` array drawn from `seed` — the same draws whatever the
+    buffer's rounding and the backend; zeros for a deterministic sampler."""
+    uniforms = np.zeros((batch, buffer_length), dtype="float32")
+    if sampler.is_random:
+        uniforms[:, :total_length] = np.random.default_rng(seed).random((batch, total_length), dtype="float32")
+    return uniforms
 
 
 _SAMPLERS = {cls.name: cls for cls in (GreedySampler, TemperatureSampler, TopKSampler, TopPSampler)}

@@ -155,18 +155,18 @@ def read_tensor_with_ml_dtypes(path, key):
     return np.frombuffer(data, dtype=ML_DTYPES[entry["dtype"]]).reshape(entry["shape"])
 
 
-def assign_weights(variables, arrays, source_description, optional_keys=()):
-    """Assigns `arrays[key]` to `variables[key]` for every key, checking shapes.
+def check_arrays(variables, arrays, source_description, optional_keys=()):
+    """Checks that `arrays` holds every key of `variables` (but optional
+    ones) with the variable's shape.
 
     Args:
-        variables: `{key: keras.Variable}` to fill.
+        variables: `{key: keras.Variable}`.
         arrays: a mapping of keys to arrays (a `Checkpoint` or a dict).
         source_description: named in errors.
-        optional_keys: keys that may be missing; those variables keep their
-            initial values and are returned.
+        optional_keys: keys that may be missing.
 
     Returns:
-        The sorted keys that were missing but optional.
+        The sorted keys that are missing but optional.
 
     Raises:
         ValueError: naming every missing key, or a variable whose shape differs
@@ -190,5 +190,14 @@ def assign_weights(variables, arrays, source_description, optional_keys=()):
                 f"{tuple(variable.shape)} but checkpoint '{source_description}' has "
                 f"{tuple(array.shape)}. Does the config match the weights?"
             )
-        variable.assign(np.asarray(array, dtype=variable.dtype))
+    return missing
+
+
+def assign_weights(variables, arrays, source_description, optional_keys=()):
+    """Assigns `arrays[key]` to `variables[key]` for every key, after
+    `check_arrays` (same arguments); returns the missing optional keys."""
+    missing = check_arrays(variables, arrays, source_description, optional_keys)
+    for key, variable in variables.items():
+        if key not in missing:
+            variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
     return missing

@@ -19,6 +19,7 @@ import numpy as np
 from attention_zoo_keras.hub.preset_format import load_arrays
 from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.hub.weights import assign_weights
+from attention_zoo_keras.hub.weights import check_arrays
 from attention_zoo_keras.hub.weights import variables_by_key
 
 
@@ -69,23 +70,10 @@ def average_checkpoints(model, checkpoints):
         raise ValueError(f"Model '{model.name}' has no variables to average; build it first.")
     checkpoint_arrays = [load_arrays(source) for source in sources]
     for source, arrays in zip(sources, checkpoint_arrays):
-        missing = sorted(key for key in variables if key not in arrays)
-        if missing:
-            shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
-            raise ValueError(
-                f"Checkpoint '{source.description}' lacks {len(missing)} variables of the model: {shown}."
-            )
+        check_arrays(variables, arrays, source.description)
     means = {}
     for key, variable in variables.items():
-        total = np.zeros(variable.shape, dtype="float64")
-        for source, arrays in zip(sources, checkpoint_arrays):
-            array = arrays[key]
-            if tuple(array.shape) != tuple(variable.shape):
-                raise ValueError(
-                    f"Variable '{key}' has shape {tuple(variable.shape)} in the model but "
-                    f"{tuple(array.shape)} in checkpoint '{source.description}'."
-                )
-            total += np.asarray(array, dtype="float64")
+        total = sum(np.asarray(arrays[key], dtype="float64") for arrays in checkpoint_arrays)
         means[key] = np.asarray(total / len(sources), dtype=variable.dtype)
     assign_weights(variables, means, "the average of " + ", ".join(source.description for source in sources))
 

@@ -93,7 +93,7 @@ def test_checkpoint_lacking_variables_is_named_and_the_model_is_unchanged(tmp_pa
     save_random_weights(tiny_backbone(num_layers=1), tmp_path / "one_layer", seed=1)
     model = tiny_backbone()
     before = weights_of(model)
-    message = r"Checkpoint '.*one_layer' lacks \d+ variables of the model: transformer_layer_1/"
+    message = r"Checkpoint '.*one_layer' lacks \d+ weights the model needs: transformer_layer_1/"
     with pytest.raises(ValueError, match=message):
         average_checkpoints(model, [tmp_path / "two_layers", tmp_path / "one_layer"])
     for key, value in weights_of(model).items():
@@ -105,7 +105,7 @@ def test_shape_mismatch_names_variable_checkpoint_and_both_shapes(tmp_path):
     save_random_weights(tiny_backbone(intermediate_dim=32), tmp_path / "wide", seed=1)
     model = tiny_backbone()
     before = weights_of(model)
-    message = r"Variable '.*' has shape \(8, 16\) in the model but \(8, 32\) in checkpoint '.*wide'"
+    message = r"Shape mismatch for variable '.*': the model expects \(8, 16\) but checkpoint '.*wide' has \(8, 32\)"
     with pytest.raises(ValueError, match=message):
         average_checkpoints(model, [tmp_path / "narrow", tmp_path / "wide"])
     for key, value in weights_of(model).items():

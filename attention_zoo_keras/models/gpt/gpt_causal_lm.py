@@ -14,6 +14,7 @@ from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import check_beam_options
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
 from attention_zoo_keras.generation.samplers import get_sampler
+from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 from attention_zoo_keras.models.generative_task import GenerativeTask
@@ -317,13 +318,7 @@ class GPTCausalLM(GenerativeTask):
         prompt_pass_length = self._prompt_pass_length(int(lengths.min()), buffer_length)
         token_ids, prompt_mask = right_padded(prompts, buffer_length, pad_id)
         batch = len(prompts)
-        # Position t of row b draws with the uniform [b, t] of a (batch,
-        # longest total length) array from the seed: the same draws whatever
-        # the buffer's rounding and the backend.
-        uniforms = np.zeros((batch, buffer_length), dtype="float32")
-        if sampler.is_random:
-            total = int(end_positions.max())
-            uniforms[:, :total] = np.random.default_rng(seed).random((batch, total), dtype="float32")
+        uniforms = sampler_uniforms(sampler, batch, buffer_length, int(end_positions.max()), seed)
 
         def build():
             step = compile_step(self._next_token_logits, self.variables)

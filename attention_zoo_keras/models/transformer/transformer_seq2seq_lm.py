@@ -18,6 +18,7 @@ from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import check_beam_options
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
 from attention_zoo_keras.generation.samplers import get_sampler
+from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
 from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
@@ -109,6 +110,17 @@ class TransformerSeq2SeqLM(GenerativeTask):
                 mask = np.ones(token_ids.shape, dtype=bool)
             if token_ids.ndim == 1:
                 token_ids, mask = token_ids[None], mask[None]
+            if token_ids.ndim != 2 or mask.shape != token_ids.shape:
+                raise ValueError(
+                    "encoder_token_ids and encoder_padding_mask must both be (batch, source_length); got the "
+                    f"shapes {token_ids.shape} and {mask.shape}."
+                )
+            padding_before_a_token = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)
+            if padding_before_a_token.any():
+                raise ValueError(
+                    f"Source {int(np.argmax(padding_before_a_token))}'s encoder_padding_mask is not right-padded "
+                    "(real tokens first, then padding); generate takes right-padded sources."
+                )
             is_text, is_single = False, False
         else:
             if self.preprocessor is None or not self.preprocessor.is_raw(inputs) or isinstance(inputs, tuple):
@@ -313,10 +325,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
     def _sample_generate(self, encoder_token_ids, encoder_padding_mask, token_ids, prompt_mask, end_positions,
                          stop_ids, rules, pad_id, sampler, seed):
         batch, buffer_length = token_ids.shape
-        uniforms = np.zeros((batch, buffer_length), dtype="float32")
-        if sampler.is_random:
-            total = int(end_positions.max())
-            uniforms[:, :total] = np.random.default_rng(seed).random((batch, total), dtype="float32")
+        uniforms = sampler_uniforms(sampler, batch, buffer_length, int(end_positions.max()), seed)
 
         def build():
             step = compile_step(self._next_token_logits, self.variables)
