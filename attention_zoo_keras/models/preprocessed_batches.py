@@ -30,7 +30,8 @@ class PreprocessedBatches(keras.utils.PyDataset):
         sample_weight: per-example weights, or `None`.
         batch_size: examples per batch.
         shuffle: reshuffle the order at the start and after every epoch.
-        seed: seed of the shuffle.
+        seed: seed of the shuffle; by default drawn from numpy's global
+            generator, so `keras.utils.set_random_seed` makes it reproducible.
         validate: called on each batch's features before they are returned,
             e.g. a model's `validate_inputs` (the preprocessor may produce ids
             or lengths the model cannot take).
@@ -46,6 +47,8 @@ class PreprocessedBatches(keras.utils.PyDataset):
         self.num_examples = preprocessor.num_examples(x)
         if y is not None and len(y) != self.num_examples:
             raise ValueError(f"Got {self.num_examples} inputs but {len(y)} labels.")
+        if seed is None:  # from numpy's global generator, which keras.utils.set_random_seed seeds
+            seed = np.random.randint(2**31 - 1)
         self._rng = np.random.default_rng(seed)
         self._order = np.arange(self.num_examples)
         if shuffle:

@@ -94,13 +94,16 @@ class Task(ValidatesInputs, keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None, **kwargs):
         """`keras.Model.fit`, taking raw inputs when a preprocessor is attached.
 
-        `validation_data` may be raw too: `(texts, labels)`.
+        `validation_data` may be raw too: `(texts, labels)`, or raw inputs
+        that hold their own labels (a seq2seq task's `(sources, targets)`).
         """
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, shuffle)
         if isinstance(x, PreprocessedBatches):
             shuffle = False  # the batches shuffle themselves, every epoch
-        if isinstance(validation_data, tuple):
+        if self.preprocessor is not None and self.preprocessor.is_raw(validation_data):
+            validation_data, _, _, _ = self._as_dataset(validation_data, None, None, batch_size, False)
+        elif isinstance(validation_data, tuple):
             validation_x, validation_y = validation_data[0], validation_data[1] if len(validation_data) > 1 else None
             if self.preprocessor is not None and self.preprocessor.is_raw(validation_x):
                 validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, None, batch_size, False)

@@ -204,9 +204,9 @@ class TransformerSeq2SeqLM(GenerativeTask):
             inputs: a string or a list of strings (with a preprocessor), or
                 a dict of `encoder_token_ids` and `encoder_padding_mask`.
             max_length: the longest target, counting the decoder start
-                token (as `transformers` counts); by default the
-                preprocessor's `decoder_sequence_length` (or the backbone's
-                `max_sequence_length`).
+                token (as `transformers` counts); by default room for what
+                training covers, the preprocessor's `decoder_sequence_length`
+                plus one (at most the backbone's `max_sequence_length`).
             num_beams: above 1, beam search with this many beams (the
                 paper's setting: 4, `length_penalty=0.6`).
             length_penalty: beam scores are `log p(y|x) / |y|^length_penalty`
@@ -274,7 +274,9 @@ class TransformerSeq2SeqLM(GenerativeTask):
         if max_length is None:
             max_length = limit
             if self.preprocessor is not None:
-                max_length = min(limit, self.preprocessor.decoder_sequence_length)
+                # The start token, then the targets training saw (up to
+                # `decoder_sequence_length − 1` tokens) and `</s>`.
+                max_length = min(limit, self.preprocessor.decoder_sequence_length + 1)
         if max_length < 2:
             raise ValueError(f"max_length {max_length} leaves no room for a token after the decoder start token.")
         if max_length > limit:

@@ -9,11 +9,21 @@ ids by the shared `{piece: id}` vocabulary (a piece it lacks is `<unk>`), as
 in `transformers.MarianTokenizer`. The ids cannot be laid out inside the
 `tokenizers` models themselves: a unigram model searches every piece of its
 vocabulary, so the other side's pieces would change the segmentation.
+
+A model trained from scratch can use characters instead of SentencePiece
+pieces (`TransformerTokenizer.from_characters`): one id per character, the
+same on both sides.
 """
 
 import json
 import re
 from pathlib import Path
+
+import tokenizers
+from tokenizers import Regex
+from tokenizers import decoders
+from tokenizers import models
+from tokenizers import pre_tokenizers
 
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
 from attention_zoo_keras.hub.source import PresetFileError
@@ -60,6 +70,15 @@ def _read_vocabulary(path):
         raise PresetFileError(f"'{path}' is not a readable vocabulary JSON file: {error}") from error
 
 
+def _character_tokenizer(vocabulary):
+    """A `tokenizers.Tokenizer` that cuts text into single characters (code
+    points) and looks each up in `vocabulary` (`<unk>` if absent)."""
+    tokenizer = tokenizers.Tokenizer(models.WordLevel(vocabulary, unk_token=UNKNOWN_TOKEN))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
 def _sentencepiece_tokenizer(path):
     try:
         return unigram_tokenizer(read_sentencepiece_model(path))
@@ -68,24 +87,27 @@ def _sentencepiece_tokenizer(path):
 
 
 class TransformerTokenizer(Tokenizer):
-    """Source and target SentencePiece tokenizers over one shared vocabulary,
-    with the special tokens `</s>` (end of a sequence), `<unk>` and `<pad>`.
+    """Source and target tokenizers (SentencePiece models, or characters)
+    over one shared vocabulary, with the special tokens `</s>` (end of a
+    sequence), `<unk>` and `<pad>`.
 
     `encode` reads source texts, `encode_target` target texts, `decode`
-    writes target text. Both sides give the ids `transformers.MarianTokenizer`
-    gives (without the `</s>` it appends): the special tokens are matched
-    in the text first; a language code `>>xx<<` at the start of a text (or
-    right after a special token) is one token; the rest is cut into pieces
-    by the side's SentencePiece model, and each piece looked up in the
-    vocabulary (`<unk>` if absent). `MarianTokenizer` sets up `sacremoses`'
+    writes target text. With Marian's files, both sides give the ids
+    `transformers.MarianTokenizer` gives (without the `</s>` it appends):
+    the special tokens are matched in the text first; a language code
+    `>>xx<<` at the start of a text (or right after a special token) is one
+    token; the rest is cut into pieces by the side's SentencePiece model,
+    and each piece looked up in the vocabulary (`<unk>` if absent). `MarianTokenizer` sets up `sacremoses`'
     punctuation normalizer when that package is installed; this tokenizer has
     none (and `MarianTokenizer.tokenize` does not apply it either, as of
     `transformers` 5).
 
-    Build it from Marian's files with `TransformerTokenizer.from_marian`.
-    Saved as `tokenizer.json` (the source side) and `target_tokenizer.json`
-    (the target side), both in the `tokenizers` format with SentencePiece's
-    own ids, and `vocab.json` (the shared ids).
+    Build it from Marian's files with `TransformerTokenizer.from_marian` or,
+    for a model trained from scratch, with one id per character by
+    `TransformerTokenizer.from_characters`. Saved as `tokenizer.json` (the
+    source side) and `target_tokenizer.json` (the target side), both in the
+    `tokenizers` format (Marian's with SentencePiece's own ids), and
+    `vocab.json` (the shared ids); read back with `from_source`.
 
     Args:
         tokenizer: the source side, a `tokenizers.Tokenizer`.
@@ -138,6 +160,65 @@ class TransformerTokenizer(Tokenizer):
         if isinstance(vocabulary, (str, Path)):
             vocabulary = _read_vocabulary(vocabulary)
         return cls(_sentencepiece_tokenizer(source_spm), _sentencepiece_tokenizer(target_spm), vocabulary)
+
+    @classmethod
+    def from_characters(cls, characters):
+        """A character-level tokenizer, for a model trained from scratch: one
+        id per character, shared by the source and target sides.
+
+        Args:
+            characters: the characters to give ids: a string, or a list of
+                strings (say the training sources and targets) whose
+                characters all count.
+
+        The ids are `</s>` 0, `<unk>` 1, `<pad>` 2, then the characters in
+        code-point order, so the same characters give the same ids in any
+        order. A character outside them is `<unk>`. As for every
+        `TransformerTokenizer`, `</s>`, `<unk>` and `<pad>` written in a text
+        are those tokens, a text that starts with a language code such as
+        `>>fr<<` reads it as one token (`<unk>` here), and `decode` writes
+        `▁` as a space and strips spaces at either end.
+
+        Returns:
+            A `TransformerTokenizer`.
+
+        Raises:
+            TypeError: `characters` is not a string or a list of strings.
+            ValueError: `characters` holds no character.
+
+        Example:
+
+        >>> tokenizer = TransformerTokenizer.from_characters(["5 March 2021", "2021-03-05"])
+        >>> tokenizer.vocabulary_size            # 3 special tokens, 12 characters
+        15
+        >>> tokenizer.encode(["5 May"])          # 'y' is not among the characters
+        [[9, 3, 10, 11, 1]]
+        >>> tokenizer.decode(tokenizer.encode_target(["2021-03-05"])[0] + [tokenizer.end_token_id])
+        '2021-03-05'
+        """
+        texts = [characters] if isinstance(characters, str) else list(characters)
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("characters must be a string or a list of strings.")
+        alphabet = sorted(set("".join(texts)))
+        if not alphabet:
+            raise ValueError("characters holds no character to give an id.")
+        vocabulary = {token: token_id for token_id, token in enumerate([*SPECIAL_TOKENS, *alphabet])}
+        return cls(_character_tokenizer(vocabulary), _character_tokenizer(vocabulary), vocabulary)
+
+    @classmethod
+    def from_file(cls, path):
+        """Not available: a `TransformerTokenizer` is three files, not one.
+
+        Raises:
+            TypeError: always, naming the ways to read one.
+        """
+        raise TypeError(
+            f"A TransformerTokenizer cannot be read from the one file '{path}': it has three "
+            f"({TOKENIZER_FILE}, {TARGET_TOKENIZER_FILE} and {VOCABULARY_FILE}). Read a directory written "
+            "by `save` or `save_to_preset` with `TransformerTokenizer.from_source(PresetSource(directory))` "
+            "(or the whole preprocessor with `TransformerSeq2SeqLMPreprocessor.from_preset(directory)`), "
+            "or Marian's files with `TransformerTokenizer.from_marian(source_spm, target_spm, vocabulary)`."
+        )
 
     @classmethod
     def from_source(cls, source):

@@ -379,3 +379,32 @@ def test_fit_names_bad_training_data(mt, tokenizer):
     features["decoder_token_ids"][0, 1] = tokenizer.vocabulary_size
     with pytest.raises(ValueError, match=rf"'decoder_token_ids' holds the id {tokenizer.vocabulary_size}, outside"):
         mt.fit(features, labels, epochs=1, verbose=0)
+
+
+def test_raw_validation_pairs_and_seeded_shuffles(tiny_marian_tokenizer_files):
+    """`validation_data=(sources, targets)` is raw input holding its own
+    labels; `keras.utils.set_random_seed` makes `fit` on raw text repeat."""
+    tokenizer = TransformerTokenizer.from_marian(
+        tiny_marian_tokenizer_files / "source.spm",
+        tiny_marian_tokenizer_files / "target.spm",
+        tiny_marian_tokenizer_files / "vocab.json",
+    )
+    sources = ["The quick brown fox.", "A small frog sat.", "Where is the bridge?", "We train the model."]
+    targets = ["Der schnelle Fuchs.", "Ein kleiner Frosch.", "Wo ist die Brücke?", "Wir trainieren."]
+
+    def train():
+        keras.utils.set_random_seed(3)
+        backbone = TransformerBackbone(
+            vocabulary_size=tokenizer.vocabulary_size, num_encoder_layers=1, num_decoder_layers=1, num_heads=2,
+            hidden_dim=8, intermediate_dim=16, max_sequence_length=24,
+        )
+        preprocessor = TransformerSeq2SeqLMPreprocessor(tokenizer, encoder_sequence_length=24, decoder_sequence_length=24)
+        model = TransformerSeq2SeqLM(backbone, preprocessor=preprocessor)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        history = model.fit((sources, targets), batch_size=2, epochs=2, validation_data=(sources[:2], targets[:2]),
+                            verbose=0)
+        return history.history
+
+    first, second = train(), train()
+    assert "val_loss" in first and len(first["val_loss"]) == 2
+    np.testing.assert_allclose(first["loss"], second["loss"], rtol=1e-5)

@@ -312,3 +312,81 @@ def test_preset_loads_from_the_hub(tokenizer, tmp_path, local_hub):
     _assert_same_preprocessing(reloaded, original)
     for name in ("tokenizer.json", "target_tokenizer.json", "vocab.json"):
         assert local_hub.downloads_of(name) == 1
+
+
+# --- characters, for models trained from scratch -----------------------------
+
+DATES = ["Friday, the 5th of March 2021", "03/05/2021", "5 Mar 2021"]
+ISO_DATES = ["2021-03-05", "1999-12-31"]
+
+
+def test_from_characters_gives_one_id_per_character_on_both_sides():
+    tokenizer = TransformerTokenizer.from_characters(DATES + ISO_DATES)
+    characters = sorted(set("".join(DATES + ISO_DATES)))
+
+    assert tokenizer.special_token_ids == (0, 1, 2)
+    assert tokenizer.vocabulary == {token: i for i, token in enumerate(["</s>", "<unk>", "<pad>", *characters])}
+    assert TransformerTokenizer.from_characters(list(reversed(DATES + ISO_DATES))).vocabulary == tokenizer.vocabulary
+    assert TransformerTokenizer.from_characters("".join(characters)).vocabulary == tokenizer.vocabulary
+    texts = [*DATES, "  two  spaces ", "new\nline", "unseen: дж 😀 é", "a </s> and <pad> and <unk>", ""]
+    expected = [[tokenizer.vocabulary.get(c, tokenizer.unknown_token_id) for c in text] for text in texts[:-2]]
+    expected += [tokenizer.encode(["a "])[0] + [0] + tokenizer.encode([" and "])[0] + [2]
+                 + tokenizer.encode([" and "])[0] + [1], []]
+    assert tokenizer.encode(texts) == tokenizer.encode_target(texts) == expected
+    for text in DATES + ISO_DATES + ["  March  2021 "]:
+        assert tokenizer.decode(tokenizer.encode_target([text])[0] + [tokenizer.end_token_id]) == text.strip()
+
+
+@pytest.mark.parametrize(
+    "characters, error, message",
+    [("", ValueError, "holds no character"), ([], ValueError, "holds no character"),
+     (["ab", 3], TypeError, "a string or a list of strings")],
+)
+def test_from_characters_refuses_no_characters_and_non_strings(characters, error, message):
+    with pytest.raises(error, match=message):
+        TransformerTokenizer.from_characters(characters)
+
+
+def test_character_tokenizer_files_are_the_tokenizers_format(tmp_path):
+    tokenizer = TransformerTokenizer.from_characters(DATES + ISO_DATES)
+    tokenizer.save(tmp_path)
+
+    for name in ("tokenizer.json", "target_tokenizer.json"):
+        backend = tokenizers.Tokenizer.from_file(str(tmp_path / name))
+        assert backend.encode("5 May", add_special_tokens=False).ids == tokenizer.encode(["5 May"])[0]
+    reloaded = TransformerTokenizer.from_source(PresetSource(tmp_path))
+    assert reloaded.vocabulary == tokenizer.vocabulary
+    assert reloaded.encode(DATES) == tokenizer.encode(DATES)
+
+
+def test_character_model_generates_the_same_after_a_preset_round_trip(tmp_path):
+    from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM
+
+    tokenizer = TransformerTokenizer.from_characters(DATES + ISO_DATES)
+    backbone = TransformerBackbone(
+        vocabulary_size=tokenizer.vocabulary_size, num_encoder_layers=1, num_decoder_layers=1,
+        num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=40, dropout=0.0,
+    )
+    preprocessor = TransformerSeq2SeqLMPreprocessor(tokenizer, encoder_sequence_length=40, decoder_sequence_length=12)
+    model = TransformerSeq2SeqLM(backbone=backbone, preprocessor=preprocessor)
+    model.save_to_preset(tmp_path)
+
+    reloaded = TransformerSeq2SeqLM.from_preset(str(tmp_path))
+
+    assert reloaded.preprocessor.tokenizer.vocabulary == tokenizer.vocabulary
+    pairs = (DATES[:2], ISO_DATES)
+    for key, value in preprocessor(pairs)[0].items():
+        np.testing.assert_array_equal(reloaded.preprocessor(pairs)[0][key], value)
+    for num_beams in (1, 2):
+        expected = model.generate(DATES, num_beams=num_beams)
+        # max_length defaults to decoder_sequence_length + 1: the start token, then 11 characters and </s>.
+        assert all(len(text) <= 11 for text in expected)
+        assert reloaded.generate(DATES, num_beams=num_beams) == expected
+
+
+def test_from_file_names_the_ways_to_read_a_transformer_tokenizer(tokenizer, tmp_path):
+    tokenizer.save(tmp_path)
+    message = (r"cannot be read from the one file '.*tokenizer\.json': it has three .*"
+               r"TransformerTokenizer\.from_source\(PresetSource\(directory\)\).*TransformerTokenizer\.from_marian")
+    with pytest.raises(TypeError, match=message):
+        TransformerTokenizer.from_file(tmp_path / "tokenizer.json")
