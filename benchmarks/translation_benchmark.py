@@ -14,7 +14,7 @@ Model: a ``transformers.MarianMTModel`` of opus-mt-en-de's shape (vocab
 scaled embeddings, 512 sinusoid positions, shared embeddings tied to the
 output layer, ``final_logits_bias``; ``</s>`` = 0, ``<pad>`` = 58100 = the
 decoder start), with random weights (``init_std`` 0.02, then every
-parameter moved by 0.1·N(0, 1), as the parity tests do, so that no bias is 0
+trainable parameter moved by 0.1·N(0, 1), as the parity tests do, so that no bias is 0
 and no norm the identity), saved with ``save_pretrained`` to a temporary
 directory and loaded by ours with ``TransformerSeq2SeqLM.from_preset(dir,
 preprocessor=None)`` (the Marian converter): both hold identical weights.
@@ -220,7 +220,8 @@ def build_checkpoint(config, directory, seed):
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+            if parameter.requires_grad:  # not the frozen sinusoid tables, which are not weights
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
         model.final_logits_bias.add_(0.1 * torch.randn(model.final_logits_bias.shape, generator=generator))
     model.save_pretrained(directory)
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation

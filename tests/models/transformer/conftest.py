@@ -120,7 +120,7 @@ def tiny_marian_checkpoint(tmp_path_factory, tiny_marian_tokenizer_files):
     """A random-weight tiny `transformers` `MarianMTModel` saved with the
     tokenizer files of `tiny_marian_tokenizer_files`: a Marian hub repo.
 
-    Weights are drawn with a large `init_std` and every parameter (and the
+    Weights are drawn with a large `init_std` and every trainable parameter (and the
     logits bias) is then moved by 0.1·N(0, 1), so that no bias is 0, no norm
     is the identity, and the decoding of random weights does not settle on
     one repeated token at once.
@@ -140,7 +140,8 @@ def tiny_marian_checkpoint(tmp_path_factory, tiny_marian_tokenizer_files):
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+            if parameter.requires_grad:  # not the frozen sinusoid tables, which are not weights
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
         model.final_logits_bias.add_(0.1 * torch.randn(model.final_logits_bias.shape, generator=generator))
     directory = tmp_path_factory.mktemp("tiny_marian_model")
     model.save_pretrained(directory)
