@@ -115,8 +115,9 @@ def tokenizer(tiny_marian_tokenizer_files):
 def tiny_mt(tokenizer, logits_bias=True, **backbone_overrides):
     """A tiny Marian-like model (SiLU, tensor2tensor sinusoids, a logits
     bias) with the fixture's Marian tokenizer."""
+    # generate's default max_length is decoder_sequence_length + 1: MAX_LENGTH.
     preprocessor = TransformerSeq2SeqLMPreprocessor(
-        tokenizer, encoder_sequence_length=24, decoder_sequence_length=MAX_LENGTH
+        tokenizer, encoder_sequence_length=24, decoder_sequence_length=MAX_LENGTH - 1
     )
     backbone = tiny_backbone(
         tokenizer.vocabulary_size, activation="swish", position_embedding="sinusoidal_concatenated",
