@@ -146,12 +146,9 @@ class TransformerSeq2SeqLM(GenerativeTask):
             raise ValueError(
                 f"A source has {int(lengths.max())} tokens, more than the model's maximum sequence length {limit}."
             )
+        # Never wider than the given arrays (round_up caps it there), so a cut, not a pad.
         width = round_up(int(lengths.max()), SOURCE_MULTIPLE, min(limit, token_ids.shape[1]))
-        pad_id = self._token_id("pad_token_id", 0)
-        token_ids = np.pad(token_ids[:, :width], ((0, 0), (0, width - min(width, token_ids.shape[1]))),
-                           constant_values=pad_id)
-        mask = np.pad(mask[:, :width], ((0, 0), (0, width - min(width, mask.shape[1]))))
-        return token_ids.astype("int32"), mask.astype("int32"), is_text, is_single
+        return token_ids[:, :width].astype("int32"), mask[:, :width].astype("int32"), is_text, is_single
 
     def _token_id(self, name, default):
         """A special id of the tokenizer (`pad_token_id`, `end_token_id`),
