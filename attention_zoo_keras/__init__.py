@@ -13,6 +13,7 @@ from attention_zoo_keras import generation
 from attention_zoo_keras import hub
 from attention_zoo_keras import layers
 from attention_zoo_keras import losses
+from attention_zoo_keras import metrics
 from attention_zoo_keras import models
 from attention_zoo_keras import optimizers
 from attention_zoo_keras import tokenizers

@@ -69,20 +69,42 @@ def accelerator():
 def fused_attention_kernel():
     """Names the kernel `keras.ops.dot_product_attention` runs on this machine.
 
-    Keras dispatches to the backend's own fused implementation; on GPU with
-    half-precision inputs it may further pick a flash-attention kernel
-    (cuDNN on JAX, FlashAttention/memory-efficient SDPA on torch).
+    Keras dispatches to the backend's own fused implementation; on GPU it
+    may further pick a flash-attention kernel. JAX: cuDNN's fused attention
+    for fp16/bf16 only, and only when the mask is absent or already
+    `(..., T, S)` (cuDNN takes the mask as a bias of exactly `(T, S)`; a
+    broadcastable `(B, 1, 1, S)` mask makes Keras fall back to XLA's unfused
+    attention, which `mask_for_fused_attention` avoids); float32 always runs
+    on XLA. torch: SDPA picks FlashAttention,
+    cuDNN or memory-efficient attention (float32 too). Measured in
+    `benchmarks/gpu_attention_benchmark.py`.
     """
     backend = backend_name()
     device = accelerator()
     if backend == "jax":
         kernel = "jax.nn.dot_product_attention"
-        return f"{kernel} (cudnn flash attention for fp16/bf16)" if device == "gpu" else f"{kernel} (xla)"
+        if device != "gpu":
+            return f"{kernel} (xla)"
+        return f"{kernel} (cudnn fused attention for fp16/bf16 with no mask or a (..., T, S) mask; xla otherwise)"
     if backend == "torch":
         return f"torch.nn.functional.scaled_dot_product_attention ({device})"
     if backend == "tensorflow":
         return f"keras tensorflow dot_product_attention ({device}, xla-fusable)"
     return "keras.ops.dot_product_attention"
+
+
+def mask_for_fused_attention(mask, query_length, key_length):
+    """`mask` in the shape that lets `keras.ops.dot_product_attention` reach
+    the fused kernel. On JAX, cuDNN takes the mask as a bias of exactly
+    `(..., T, S)`; a broadcastable `(B, 1, 1, S)` padding mask makes Keras
+    fall back to XLA's unfused attention on GPU, so it is broadcast (a
+    boolean `B·T·S` tensor, cheap beside the attention itself). Elsewhere
+    the mask is returned as is."""
+    if mask is None or backend_name() != "jax":
+        return mask
+    from keras import ops
+
+    return ops.broadcast_to(mask, tuple(ops.shape(mask)[:-2]) + (query_length, key_length))
 
 
 def fused_attention_with_dropout():

@@ -19,7 +19,7 @@ import numpy as np
 import attention_zoo_keras as azk
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.source import PresetSource
-from attention_zoo_keras.hub.weights import Checkpoint
+from state_dict import read_state_dict
 
 TASKS = {
     "backbone": azk.models.BertBackbone,
@@ -29,20 +29,6 @@ TASKS = {
 }
 VERIFY_TEXTS = ["The attention mechanism relates every token to every other.", "A short one."]
 TOLERANCE = 1e-4
-
-
-def read_state_dict(source):
-    """The checkpoint's tensors: safetensors if present, else a `.bin` read
-    with `torch.load(weights_only=True)`."""
-    try:
-        return Checkpoint(source)
-    except azk.hub.PresetFileError:
-        pass
-    binary = source.require("pytorch_model.bin")
-    import torch
-
-    state = torch.load(binary, map_location="cpu", weights_only=True)
-    return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy() for name, tensor in state.items()}
 
 
 def convert(src, task="backbone"):

@@ -22,3 +22,6 @@ from attention_zoo_keras.attention.softmax import causal_mask
 from attention_zoo_keras.attention.softmax import softmax_attention
 from attention_zoo_keras.attention.sparse import sparse_attention
 from attention_zoo_keras.attention.sparse import sparse_mask
+from attention_zoo_keras.attention.xl import relative_shift
+from attention_zoo_keras.attention.xl import xl_attention
+from attention_zoo_keras.attention.xl import xl_attention_mask

@@ -43,6 +43,7 @@ from attention_zoo_keras.naming import did_you_mean
 
 _MECHANISMS = NameRegistry("attention mechanism", "mechanisms")
 _WEIGHTS = {}
+_INPUTS = {}
 _DECODINGS = {}
 
 # Arguments every mechanism takes, set by the calling layer.
@@ -56,7 +57,7 @@ DECODING_ARGUMENTS = ("query_offset",)
 WEIGHTS_FUNCTION_ARGUMENTS = ("num_heads", "head_dim")
 
 
-def register_mechanism(name, weights=None):
+def register_mechanism(name, weights=None, inputs=()):
     """Decorator: make a mechanism function available under `name`.
 
     Args:
@@ -65,12 +66,17 @@ def register_mechanism(name, weights=None):
             `(num_heads, head_dim, **weight_options) -> {argument: (shape,
             initializer)}` naming the weight arguments it takes; every
             weight option has a default.
+        inputs: names of arguments the caller computes for every call
+            (Transformer-XL's projected distance encodings), neither
+            options nor weights; `MultiHeadAttention` takes them as
+            `mechanism_arguments`.
     """
 
     def decorator(function):
         _MECHANISMS.add(name, function)
         if weights is not None:
             _WEIGHTS[name] = weights
+        _INPUTS[name] = tuple(inputs)
         return function
 
     return decorator
@@ -88,6 +94,13 @@ def get_mechanism(name):
         ValueError: for an unknown name, listing the known ones.
     """
     return _MECHANISMS.get(name)
+
+
+def mechanism_inputs(name):
+    """The per-call inputs mechanism `name` needs besides the query, key and
+    value (see `register_mechanism`), a tuple of argument names."""
+    get_mechanism(name)
+    return _INPUTS.get(name, ())
 
 
 def _keyword_defaults(function, excluded):
@@ -112,7 +125,7 @@ def mechanism_options(name):
     """
     mechanism = get_mechanism(name)
     weights = _WEIGHTS.get(name)
-    excluded = set(CALL_ARGUMENTS + DECODING_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS)
+    excluded = set(CALL_ARGUMENTS + DECODING_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism_inputs(name))
     if weights is not None:
         excluded |= set(weights(num_heads=1, head_dim=1))  # the weight arguments' names
     options = _keyword_defaults(mechanism, excluded)

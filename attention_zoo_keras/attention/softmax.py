@@ -9,7 +9,10 @@ where `M` is 0 where a query may attend to a key and −∞ where it may not
 When attention dropout is inactive this calls `keras.ops.dot_product_attention`,
 which each backend implements with its fused kernel (`jax.nn.dot_product_attention`,
 `torch.nn.functional.scaled_dot_product_attention`, flash attention on GPU for
-half precision). Training with attention dropout uses PyTorch's fused kernel
+half precision): causal self-attention without a mask uses the kernel's own
+causal mode, and masks are shaped so that the fused kernel accepts them
+(`backend_support.mask_for_fused_attention`; checked on an H100 in
+`benchmarks/gpu_attention_benchmark.py`). Training with attention dropout uses PyTorch's fused kernel
 with dropout on torch; JAX and TensorFlow have none, so there the explicit
 einsum path computes the probabilities and drops them out.
 
@@ -95,10 +98,16 @@ def softmax_attention(
         query_length = ops.shape(query)[1]
     if key_length is None:
         key_length = ops.shape(key)[1]
+    fused = not (training and dropout_rate > 0.0)
+    if fused and attention_mask is None and is_causal and query.shape[1] is not None and query.shape[1] == key.shape[1]:
+        # The kernels' own causal mode (FlashAttention on torch, cuDNN's
+        # causal attention on JAX) rather than a boolean mask they must read.
+        return ops.dot_product_attention(query, key, value, scale=scale, is_causal=True)
     mask = _combined_mask(attention_mask, is_causal, query_length, key_length)
     if mask is not None:
         mask = ops.cast(mask, "bool")
-    if not (training and dropout_rate > 0.0):
+    if fused:
+        mask = backend_support.mask_for_fused_attention(mask, query_length, key_length)
         return ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
     fused_with_dropout = backend_support.fused_attention_with_dropout()
     if fused_with_dropout is not None:

@@ -11,6 +11,8 @@ PIPELINE_TAGS = {
     "BertBackbone": "feature-extraction",
     "GPTBackbone": "feature-extraction",
     "GPTCausalLM": "text-generation",
+    "TransformerXLBackbone": "feature-extraction",
+    "TransformerXLCausalLM": "text-generation",
     "ViTBackbone": "image-feature-extraction",
     "ViTImageClassifier": "image-classification",
 }

@@ -37,9 +37,14 @@ def parse_size(size):
 
 
 def variables_by_key(model):
-    """`{variable.path: variable}` for every weight of `model`, unique paths."""
+    """`{variable.path: variable}` for every weight of `model`, unique paths,
+    less the run-time state a model lists in `unsaved_variables` (such as
+    Transformer-XL's memory carried between batches)."""
+    unsaved = {id(variable) for variable in getattr(model, "unsaved_variables", ())}
     variables = {}
     for variable in model.weights:
+        if id(variable) in unsaved:
+            continue
         if variable.path in variables and variables[variable.path] is not variable:
             raise ValueError(f"Two different variables share the path '{variable.path}'.")
         variables[variable.path] = variable
@@ -99,7 +104,9 @@ class Checkpoint:
         else:
             raise PresetFileError(
                 f"Preset '{source.description}' has no weights: neither '{WEIGHTS_FILE}' "
-                f"nor '{INDEX_FILE}' is there."
+                f"nor '{INDEX_FILE}' is there. A checkpoint saved only as PyTorch pickles "
+                "('pytorch_model.bin') is never unpickled at run time; convert it once with the "
+                "scripts in conversion/ (they read it with torch.load(weights_only=True))."
             )
 
     def _handle(self, filename):

@@ -1,5 +1,7 @@
 """Keras layers shared by every model family."""
 
+from attention_zoo_keras.layers.adaptive_embedding import AdaptiveEmbedding
+from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention

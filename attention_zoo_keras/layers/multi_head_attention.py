@@ -19,6 +19,7 @@ from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.attention.registry import call_options
 from attention_zoo_keras.attention.registry import check_options
 from attention_zoo_keras.attention.registry import get_decoding
+from attention_zoo_keras.attention.registry import mechanism_inputs
 from attention_zoo_keras.attention.registry import mechanism_weights
 from attention_zoo_keras.registration import register
 
@@ -62,6 +63,8 @@ class MultiHeadAttention(keras.layers.Layer):
             and says which hold real tokens. With `is_causal`, query `i`
             sees positions `≤ cache_update_index + i`.
         cache_update_index: position of the first new token.
+        mechanism_arguments: more inputs of the mechanism for this call, a
+            dict (Transformer-XL's projected relative positions).
 
     Returns:
         `(batch, query_length, output_dim)`; with a cache, the tuple
@@ -168,7 +171,15 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
         key_value=None,
+        mechanism_arguments=None,
     ):
+        arguments = {**self._mechanism_arguments(), **(mechanism_arguments or {})}
+        missing = [name for name in mechanism_inputs(self.attention) if name not in arguments]
+        if missing:
+            raise ValueError(
+                f"The '{self.attention}' attention mechanism needs {', '.join(missing)} with every call: "
+                "pass mechanism_arguments={...}."
+            )
         query_heads = self._split_heads(self.query_dense(query))
         mask = None if attention_mask is None else attention_mask[:, None, :, :]
         if cache is not None:
@@ -187,7 +198,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 dropout_rate=self.dropout,
                 training=bool(training),
                 seed_generator=self.seed_generator,
-                **self._mechanism_arguments(),
+                **arguments,
             )
         else:
             if key_value is None:
@@ -202,7 +213,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 dropout_rate=self.dropout,
                 training=bool(training),
                 seed_generator=self.seed_generator,
-                **self._mechanism_arguments(),
+                **arguments,
             )
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))

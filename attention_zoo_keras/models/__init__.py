@@ -1,6 +1,7 @@
 """Model families: backbones, tasks, preprocessors and tokenizers."""
 
 from attention_zoo_keras.models.backbone import Backbone
+from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.bert import BertBackbone
 from attention_zoo_keras.models.bert import BertMaskedLM
 from attention_zoo_keras.models.bert import BertMaskedLMPreprocessor
@@ -18,6 +19,10 @@ from attention_zoo_keras.models.transformer import TransformerBackbone
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer import TransformerTokenizer
+from attention_zoo_keras.models.transformer_xl import TransformerXLBackbone
+from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
+from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLMPreprocessor
+from attention_zoo_keras.models.transformer_xl import TransformerXLTokenizer
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from attention_zoo_keras.models.vit import ViTImageConverter

@@ -37,6 +37,18 @@ def is_concrete_features(x):
     return isinstance(x, dict) and all(backend_support.is_concrete(v) for v in x.values())
 
 
+def _without_mixed_types(inputs):
+    """A feature dict whose numpy arrays are made tensors when others are
+    tensors already (Keras refuses a mix, yet a caller feeding a model's
+    output back — Transformer-XL's memory — with new numpy ids makes one)."""
+    if not isinstance(inputs, dict):
+        return inputs
+    is_array = [isinstance(v, (np.ndarray, list)) for v in inputs.values()]
+    if all(is_array) or not any(is_array):
+        return inputs
+    return {k: keras.ops.convert_to_tensor(v) if isinstance(v, (np.ndarray, list)) else v for k, v in inputs.items()}
+
+
 class ValidatesInputs:
     """Mixin for `keras.Model`s: `validate_inputs` runs on concrete feature
     dicts given to `__call__`, `fit`, `evaluate` and `predict`."""
@@ -50,7 +62,7 @@ class ValidatesInputs:
 
     def __call__(self, inputs, *args, **kwargs):
         self._validate_if_concrete(inputs)
-        return super().__call__(inputs, *args, **kwargs)
+        return super().__call__(_without_mixed_types(inputs), *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
         self._validate_if_concrete(x)

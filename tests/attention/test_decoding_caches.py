@@ -22,6 +22,7 @@ CONFIGS = [
     ("sparse", {"pattern": "fixed", "stride": 4, "c": 2}),
     ("sparse", {"pattern": "fixed", "stride": 3, "c": 1, "combine": "heads"}),
     ("additive", {"units": 5}),
+    ("xl", {}),
 ]
 HEADS, HEAD_DIM = 2, 4
 
@@ -39,6 +40,14 @@ def drawn_weights(name, options, rng):
     """The mechanism's weights at the shapes it asks for, drawn in numpy."""
     specs = registry.mechanism_weights(name, HEADS, HEAD_DIM, options)
     return {argument: rng.normal(0.0, 0.5, shape).astype("float32") for argument, (shape, _) in specs.items()}
+
+
+def call_inputs(name, rng, max_length):
+    """Per-call inputs a mechanism takes besides options and weights:
+    Transformer-XL's projected distance encodings, one row per distance."""
+    if name != "xl":
+        return {}
+    return {"position_keys": rng.normal(0.0, 0.5, (max_length, HEADS, HEAD_DIM)).astype("float32")}
 
 
 def decode(name, arguments, query, key, value, prompt_length, max_length, key_padding=None):
@@ -68,7 +77,10 @@ def test_decoding_equals_the_causal_mechanism(config, seed):
     batch, length = 2, int(rng.integers(5, 11))
     prompt_length = int(rng.integers(1, length))
     query, key, value = (rng.standard_normal((batch, length, HEADS, HEAD_DIM)).astype("float32") for _ in range(3))
-    arguments = {**registry.call_options(name, options), **drawn_weights(name, options, rng)}
+    arguments = {
+        **registry.call_options(name, options), **drawn_weights(name, options, rng),
+        **call_inputs(name, rng, length + 3),
+    }
     expected = numpy(registry.get_mechanism(name)(query, key, value, is_causal=True, **arguments))
     got = decode(name, arguments, query, key, value, prompt_length, max_length=length + 3)
     np.testing.assert_allclose(got, expected, atol=1e-5)
@@ -80,7 +92,10 @@ def test_decoding_with_key_padding(config):
     rng = np.random.default_rng(2)
     batch, length, max_length = 2, 8, 10
     query, key, value = (rng.standard_normal((batch, length, HEADS, HEAD_DIM)).astype("float32") for _ in range(3))
-    arguments = {**registry.call_options(name, options), **drawn_weights(name, options, rng)}
+    arguments = {
+        **registry.call_options(name, options), **drawn_weights(name, options, rng),
+        **call_inputs(name, rng, max_length),
+    }
     key_padding = np.ones((batch, max_length), bool)
     key_padding[1, [2, 5]] = False  # two padded positions inside the second sequence
     expected = numpy(

@@ -22,7 +22,18 @@ CONFIGS = {
     "local_2d": {"image_shape": (3, 4), "block_shape": (2, 2), "memory_flange": (1, 1)},
     "sparse": {"pattern": "fixed", "stride": 4, "c": 2},
     "additive": {"units": 6},
+    "xl": {"per_layer_biases": True},
 }
+
+
+def call_inputs(name, length):
+    """A mechanism's per-call inputs (`registry.mechanism_inputs`): for
+    Transformer-XL, distance encodings already projected to heads."""
+    rng = np.random.default_rng(7)
+    return {
+        argument: rng.standard_normal((length, HEADS, HEAD_DIM)).astype("float32")
+        for argument in registry.mechanism_inputs(name)
+    }
 
 
 def numpy(x):
@@ -49,13 +60,14 @@ def test_layer_applies_the_mechanism_with_its_options_and_weights(name, is_causa
     x = np.random.default_rng(0).standard_normal((2, 12, WIDTH)).astype("float32")
     mask = np.ones((2, 1, 12), bool)
     mask[1, 0, 9:] = False
-    out = numpy(layer(x, attention_mask=mask, is_causal=is_causal))
+    inputs = call_inputs(name, 12)
+    out = numpy(layer(x, attention_mask=mask, is_causal=is_causal, mechanism_arguments=inputs))
 
     query, key, value = projections(layer, x)
     weights = {argument: numpy(variable) for argument, variable in layer.mechanism_weights.items()}
     attended = registry.get_mechanism(name)(
         query, key, value, attention_mask=mask[:, None], is_causal=is_causal,
-        **registry.call_options(name, options), **weights,
+        **registry.call_options(name, options), **weights, **inputs,
     )
     expected = numpy(layer.output_dense(numpy(attended).reshape(2, 12, HEADS * HEAD_DIM)))
     np.testing.assert_allclose(out, expected, atol=1e-5)
@@ -113,12 +125,13 @@ def test_mechanism_weights_are_trained():
 def test_config_round_trip_through_json(name):
     layer = MultiHeadAttention(HEADS, HEAD_DIM, attention=name, attention_options=CONFIGS[name])
     x = np.random.default_rng(2).standard_normal((1, 12, WIDTH)).astype("float32")
-    out = numpy(layer(x, is_causal=True))
+    inputs = call_inputs(name, 12)
+    out = numpy(layer(x, is_causal=True, mechanism_arguments=inputs))
     config = json.loads(json.dumps(layer.get_config()))  # tuples become lists, as in a saved preset
     restored = MultiHeadAttention.from_config(config)
     restored.build((1, 12, WIDTH))
     restored.set_weights(layer.get_weights())
-    np.testing.assert_allclose(numpy(restored(x, is_causal=True)), out, atol=1e-6)
+    np.testing.assert_allclose(numpy(restored(x, is_causal=True, mechanism_arguments=inputs)), out, atol=1e-6)
 
 
 def test_unknown_option_is_named_with_close_names():
@@ -128,6 +141,12 @@ def test_unknown_option_is_named_with_close_names():
         MultiHeadAttention(HEADS, HEAD_DIM, attention_options={"max_distance": 4})
     with pytest.raises(ValueError, match="'relative' has no option 'query_offset'"):
         MultiHeadAttention(HEADS, HEAD_DIM, attention="relative", attention_options={"query_offset": 1})
+
+
+def test_a_missing_per_call_input_is_named():
+    layer = MultiHeadAttention(HEADS, HEAD_DIM, attention="xl")
+    with pytest.raises(ValueError, match="'xl' attention mechanism needs position_keys"):
+        layer(np.zeros((1, 3, WIDTH), "float32"), is_causal=True)
 
 
 def test_mechanism_options_lists_both_functions():

@@ -1,0 +1,4 @@
+"""Metrics shared by model families."""
+
+from attention_zoo_keras.metrics.perplexity import BitsPerCharacter
+from attention_zoo_keras.metrics.perplexity import Perplexity

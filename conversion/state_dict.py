@@ -1,0 +1,20 @@
+"""Reading a `transformers` checkpoint's tensors for conversion: safetensors
+if the repo has them, else its PyTorch `pytorch_model.bin`, strictly with
+`torch.load(weights_only=True)`, which refuses to unpickle anything but
+tensors and plain containers. (Loading at run time never reads `.bin`.)"""
+
+import attention_zoo_keras as azk
+from attention_zoo_keras.hub.weights import Checkpoint
+
+
+def read_state_dict(source):
+    """`{name: numpy array}`-like access to the checkpoint of a `PresetSource`."""
+    try:
+        return Checkpoint(source)
+    except azk.hub.PresetFileError:
+        pass
+    binary = source.require("pytorch_model.bin")
+    import torch
+
+    state = torch.load(binary, map_location="cpu", weights_only=True)
+    return {name: tensor.float().numpy() if tensor.is_floating_point() else tensor.numpy() for name, tensor in state.items()}
