@@ -11,6 +11,7 @@ from attention_zoo_keras.attention.linear import linear_attention
 from attention_zoo_keras.attention.linear import linear_attention_initial_state
 from attention_zoo_keras.attention.linear import linear_attention_step
 from attention_zoo_keras.attention.local import local_attention
+from attention_zoo_keras.attention.lsh import lsh_attention
 from attention_zoo_keras.attention.local import local_attention_2d
 from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.attention.registry import get_mechanism as get

@@ -21,6 +21,18 @@ back to a single block for sequences shorter than two blocks, which this
 does not); the paper's "memory of l_m positions generated before the query
 block" with `l_m = m·b`.
 
+**The Reformer's local attention** (Kitaev, Kaiser and Levskaya, 2020,
+"Reformer: The Efficient Transformer", ICLR 2020; trax's and transformers'
+`LocalSelfAttention`) is this with `num_memory_blocks_after` (its
+`local_num_chunks_after`; `num_memory_blocks` is `local_num_chunks_before`)
+and `cyclic=True`: block `k` sees blocks `k − m … k + a` counted modulo the
+number of blocks, so without causality the first block also sees the last
+one(s) (`M(i) = { j : ⌊j/b⌋ ≡ k + o (mod ⌈L/b⌉), −m ≤ o ≤ a }`). Causal with
+`a = 0` (its language models), wrapping changes nothing: the wrapped-in
+blocks are in the future. Its large negative logit (−1e9) for masked keys
+gives the same probabilities as an absent key for every query that sees at
+least one key.
+
 **Local 2D** (`local_attention_2d`, registered as `"local_2d"`). The
 sequence holds an image of `image_shape = (H, W)` positions. Query blocks
 are `block_shape = (b_h, b_w)` rectangles tiling the image from its top-left
@@ -66,8 +78,8 @@ internally; padded keys are masked, padded queries are computed and
 dropped (their rows are left unmasked so that no row of the padding is
 fully masked and gradients stay finite).
 
-Cost, with `M` the memory size (1D: `(2m + 1)·b`, causal `(m + 1)·b`;
-2D: `(b_h + 2f_h)(b_w + 2f_w)`, causal `(b_h + f_h)(b_w + 2f_w)`):
+Cost, with `M` the memory size (1D: `(m + 1 + a)·b`, `a = m` by default,
+causal `(m + 1)·b`; 2D: `(b_h + 2f_h)(b_w + 2f_w)`, causal `(b_h + f_h)(b_w + 2f_w)`):
 time O(B·N·L·M·d), memory O(B·N·L·M) for the logits and O(B·L·M·N·d)
 for the assembled keys and values.
 
@@ -86,7 +98,9 @@ widen the window. A real query left with no visible key gets what
 **Decoding.** 1D local attention decodes token by token with a key/value
 cache (`get_decoding("local")`): the new queries attend over the cache
 under their rows of `local_mask` — not blockwise, one row of the cache per
-new token, like softmax. (2D local attention has no incremental decoding.)
+new token, like softmax; never cyclically (as transformers' Reformer
+decoding, which attends to the last `local_num_chunks_before` chunks). (2D
+local attention has no incremental decoding.)
 """
 
 import numpy as np
@@ -180,6 +194,21 @@ def _blocks_with_neighbours(x, num_blocks, block, left, right):
     return ops.concatenate([x[:, offset : offset + num_blocks] for offset in range(left + right + 1)], axis=2)
 
 
+def _cyclic_neighbours(blocks, left, right, concatenate=ops.concatenate):
+    """`(B, num_blocks, block, …)` → `(B, num_blocks, (left + 1 + right)·block, …)`:
+    for block `k`, blocks `k − left … k + right` counted cyclically (the
+    first block's left neighbour is the last block), exactly as trax's and
+    transformers' `look_adjacent`: the shift by `o` is the slice pair
+    `[o:], [:o]`, so a shift by more than the number of blocks is no shift.
+    `concatenate` is `np.concatenate` for numpy positions."""
+    if left + right == 0:
+        return blocks
+    shifted = []
+    for offset in range(-left, right + 1):
+        shifted.append(blocks if offset == 0 else concatenate([blocks[:, offset:], blocks[:, :offset]], axis=1))
+    return concatenate(shifted, axis=2)
+
+
 def _pad_length(x, padding):
     """`x` padded with `padding` zero positions at the end of axis 1."""
     if isinstance(padding, int) and padding == 0:
@@ -225,11 +254,29 @@ def _attend_blocks(query_blocks, key_memory, value_memory, mask, batch, dropout_
 # --- 1D -------------------------------------------------------------------
 
 
-def _check_block_arguments(block_size, num_memory_blocks):
+def _check_block_arguments(block_size, num_memory_blocks, num_memory_blocks_after=None):
     if not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer; got {block_size!r}.")
     if not isinstance(num_memory_blocks, (int, np.integer)) or num_memory_blocks < 0:
         raise ValueError(f"num_memory_blocks must be a non-negative integer; got {num_memory_blocks!r}.")
+    if num_memory_blocks_after is not None and (
+        not isinstance(num_memory_blocks_after, (int, np.integer)) or num_memory_blocks_after < 0
+    ):
+        raise ValueError(
+            f"num_memory_blocks_after must be None or a non-negative integer; got {num_memory_blocks_after!r}."
+        )
+
+
+def _flanks(num_memory_blocks, num_memory_blocks_after, is_causal, cyclic):
+    """`(left, right)`: the blocks before and after the query block in its memory."""
+    left = int(num_memory_blocks)
+    if num_memory_blocks_after is None:
+        right = 0 if is_causal else left
+    else:
+        right = int(num_memory_blocks_after)
+    if is_causal and not cyclic:
+        right = 0  # later blocks are wholly in the future
+    return left, right
 
 
 def local_mask(
@@ -239,10 +286,13 @@ def local_mask(
     is_causal=False,
     query_offset=0,
     query_length=None,
+    num_memory_blocks_after=None,
+    cyclic=False,
 ):
     """The dense boolean pattern of `local_attention`: query `i` may attend
-    to key `j` iff `⌊i/b⌋ − m ≤ ⌊j/b⌋ ≤ ⌊i/b⌋ + m` (right bound `⌊i/b⌋` and
-    `j ≤ i` with `is_causal`).
+    to key `j` iff `⌊i/b⌋ − m ≤ ⌊j/b⌋ ≤ ⌊i/b⌋ + a` (`a` =
+    `num_memory_blocks_after`, by default `m`, or `0` and `j ≤ i` with
+    `is_causal`).
 
     Args:
         length: number of keys `L` (positions `0 … L − 1`).
@@ -250,20 +300,33 @@ def local_mask(
         query_offset: absolute position of the first query row (an int or
             an int32 scalar tensor).
         query_length: number of query rows; defaults to `length`.
+        num_memory_blocks_after, cyclic: as in `local_attention`; with
+            `cyclic` the blocks are the `⌈L/b⌉` blocks of `L` positions,
+            counted modulo their number (`length` and `block_size` must
+            then be Python ints). Where a window holds one block more than
+            once (fewer blocks than the window has) `local_attention` counts
+            its keys as often; this pattern shows them once.
 
     Returns:
         `(query_length, length)` boolean. O(L²) memory for all rows: for
         tests, visualisation and decoding against a key/value cache (the
         rows of the new positions), not for the forward pass.
     """
-    _check_block_arguments(block_size, num_memory_blocks)
+    _check_block_arguments(block_size, num_memory_blocks, num_memory_blocks_after)
+    left, right = _flanks(num_memory_blocks, num_memory_blocks_after, is_causal, cyclic)
     query_length = length if query_length is None else query_length
     key_positions = ops.arange(length, dtype="int32")
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
     query_block = (query_positions // block_size)[:, None]
     key_block = (key_positions // block_size)[None, :]
-    right = 0 if is_causal else num_memory_blocks
-    mask = ops.logical_and(key_block >= query_block - num_memory_blocks, key_block <= query_block + right)
+    if cyclic:
+        num_blocks = _num_blocks(length, block_size)
+        mask = ops.zeros((query_length, length), "bool")
+        for offset in range(-left, right + 1):  # a shift by more than the blocks is no shift
+            shift = offset if abs(offset) <= num_blocks else 0
+            mask = ops.logical_or(mask, key_block == (query_block + shift) % num_blocks)
+    else:
+        mask = ops.logical_and(key_block >= query_block - left, key_block <= query_block + right)
     if is_causal:
         mask = ops.logical_and(mask, key_positions[None, :] <= query_positions[:, None])
     return mask
@@ -278,14 +341,21 @@ def _attend_over_cache(
     is_causal,
     block_size=DEFAULT_BLOCK_SIZE,
     num_memory_blocks=DEFAULT_NUM_MEMORY_BLOCKS,
+    num_memory_blocks_after=None,
+    cyclic=False,
     **arguments,
 ):
     """Queries at absolute positions `query_offset …` over a key/value cache,
     restricted to their rows of `local_mask` (`KeyValueCache`'s `attend`).
-    Dense over the cache: one new token costs a row of L, as for softmax."""
+    Dense over the cache: one new token costs a row of L, as for softmax.
+    Never cyclic: the cache's length is not the sequence's, and under
+    causality the wrapped-around blocks only matter with look-after blocks,
+    which transformers' Reformer decoding does not wrap either."""
+    del cyclic
     window = local_mask(
         _length(key_cache), block_size, num_memory_blocks, is_causal,
         query_offset=query_offset, query_length=_length(query),
+        num_memory_blocks_after=num_memory_blocks_after,
     )[None, None, :, :]
     mask = window if attention_mask is None else ops.logical_and(attention_mask, window)
     return softmax_attention(query, key_cache, value_cache, attention_mask=mask, **arguments)
@@ -304,13 +374,18 @@ def local_attention(
     block_size=DEFAULT_BLOCK_SIZE,
     num_memory_blocks=DEFAULT_NUM_MEMORY_BLOCKS,
     scale=None,
+    num_memory_blocks_after=None,
+    cyclic=False,
 ):
     """Local 1D attention over `(batch, length, num_heads, head_dim)` tensors.
 
     Block `k = ⌊i/b⌋` of `block_size` positions attends to blocks
-    `k − m … k + m` (`m = num_memory_blocks`), or `k − m … k` and `j ≤ i`
-    with `is_causal`; see the module docstring. Equal to softmax attention
-    under `local_mask(L, block_size, num_memory_blocks, is_causal)`.
+    `k − m … k + a` (`m = num_memory_blocks`, `a = num_memory_blocks_after`,
+    by default `m`), or `k − m … k` and `j ≤ i` with `is_causal`; see the
+    module docstring. Equal to softmax attention under
+    `local_mask(L, block_size, num_memory_blocks, is_causal,
+    num_memory_blocks_after=a, cyclic=cyclic)` (but for the repeated blocks
+    of a cyclic window longer than the sequence's blocks).
 
     Args:
         query: `(B, L, N, D)`.
@@ -328,6 +403,18 @@ def local_attention(
         num_memory_blocks: neighbouring blocks `m` on each side (left only
             when causal); 0 attends within the block only.
         scale: logit scale; defaults to `1 / sqrt(D)`.
+        num_memory_blocks_after: blocks `a` after the query block, if not
+            `m` (non-causal only: under `is_causal` later blocks are in the
+            future, unless `cyclic` wraps them round). The Reformer's
+            `local_num_chunks_after`, with `num_memory_blocks` its
+            `local_num_chunks_before`.
+        cyclic: count neighbouring blocks cyclically, as the Reformer does
+            (trax, transformers' `LocalSelfAttention`): the first block's
+            left neighbours are the last blocks, instead of nothing. With
+            padding to a whole number of blocks the wrapped-in padding is
+            masked, the wrapped-in real positions are not. A sequence of
+            one block attends to itself (the Reformer's "standard
+            attention" for `L ≤ chunk_length`).
 
     Returns:
         `(B, L, N, M)`.
@@ -339,27 +426,41 @@ def local_attention(
     >>> tuple(local_attention(q, q, q, is_causal=True, block_size=4).shape)
     (2, 10, 4, 8)
     """
-    _check_block_arguments(block_size, num_memory_blocks)
+    _check_block_arguments(block_size, num_memory_blocks, num_memory_blocks_after)
     _check_self_attention(query, key, value, "Local")
     length = _length(query)
     block = max(1, min(int(block_size), length)) if isinstance(length, int) else int(block_size)
     num_blocks = _num_blocks(length, block)
     padding = num_blocks * block - length
-    left, right = int(num_memory_blocks), 0 if is_causal else int(num_memory_blocks)
+    left, right = _flanks(num_memory_blocks, num_memory_blocks_after, is_causal, cyclic)
+    if cyclic and isinstance(num_blocks, int) and num_blocks == 1:
+        left = right = 0  # the neighbours would all be this block again
     memory = (left + right + 1) * block
     batch = ops.shape(query)[0]
 
     query_blocks = _pad_length(query, padding)
     query_blocks = ops.reshape(query_blocks, (batch, -1, block) + tuple(query.shape[2:]))
-    key_memory = _blocks_with_neighbours(_pad_length(key, padding), num_blocks, block, left, right)
-    value_memory = _blocks_with_neighbours(_pad_length(value, padding), num_blocks, block, left, right)
+    if cyclic:
+        key_memory, value_memory = (
+            _cyclic_neighbours(
+                ops.reshape(_pad_length(x, padding), (batch, -1, block) + tuple(x.shape[2:])), left, right
+            )
+            for x in (key, value)
+        )
+    else:
+        key_memory = _blocks_with_neighbours(_pad_length(key, padding), num_blocks, block, left, right)
+        value_memory = _blocks_with_neighbours(_pad_length(value, padding), num_blocks, block, left, right)
 
     # Positions and the window: numpy constants for a static length (built
     # once when traced), keras.ops for a dynamic one.
     xp = np if isinstance(length, int) else ops
     block_index = xp.arange(num_blocks)[:, None, None]
     query_position = block_index * block + xp.arange(block)[None, :, None]  # (blocks, b, 1)
-    key_position = (block_index - left) * block + xp.arange(memory)[None, None, :]  # (blocks, 1, M)
+    if cyclic:
+        positions = xp.reshape(xp.arange(num_blocks * block), (1, num_blocks, block))
+        key_position = _cyclic_neighbours(positions, left, right, xp.concatenate)[0][:, None, :]  # (blocks, 1, M)
+    else:
+        key_position = (block_index - left) * block + xp.arange(memory)[None, None, :]  # (blocks, 1, M)
     visible = xp.logical_and(key_position >= 0, key_position < length)
     if is_causal:
         visible = xp.logical_and(visible, key_position <= query_position)

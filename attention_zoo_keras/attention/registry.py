@@ -121,7 +121,7 @@ def mechanism_options(name):
     Example:
 
     >>> sorted(mechanism_options("local"))
-    ['block_size', 'num_memory_blocks', 'scale']
+    ['block_size', 'cyclic', 'num_memory_blocks', 'num_memory_blocks_after', 'scale']
     """
     mechanism = get_mechanism(name)
     weights = _WEIGHTS.get(name)

@@ -2,11 +2,13 @@
 
 from attention_zoo_keras.layers.adaptive_embedding import AdaptiveEmbedding
 from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
+from attention_zoo_keras.layers.axial_position_embedding import AxialPositionEmbedding
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
+from attention_zoo_keras.layers.reversible import ReversibleSequence
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.layers.sinusoidal_position_embedding import SinusoidalPositionEmbedding
 from attention_zoo_keras.layers.transformer_decoder_block import TransformerDecoderBlock

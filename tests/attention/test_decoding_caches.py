@@ -110,8 +110,9 @@ def test_decoding_with_key_padding(config):
     np.testing.assert_allclose(got[real], expected[real], atol=1e-5)
 
 
-def test_every_mechanism_but_local_2d_decodes():
-    decodable = {name for name in registry.mechanism_names() if name != "local_2d"}
+def test_every_mechanism_but_local_2d_and_lsh_decodes():
+    decodable = {name for name in registry.mechanism_names() if name not in ("local_2d", "lsh")}
     assert decodable == {name for name, _ in CONFIGS}
-    with pytest.raises(ValueError, match="'local_2d' has no incremental decoding"):
-        registry.get_decoding("local_2d")
+    for name in ("local_2d", "lsh"):
+        with pytest.raises(ValueError, match=f"'{name}' has no incremental decoding"):
+            registry.get_decoding(name)

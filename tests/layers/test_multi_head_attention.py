@@ -23,6 +23,7 @@ CONFIGS = {
     "sparse": {"pattern": "fixed", "stride": 4, "c": 2},
     "additive": {"units": 6},
     "xl": {"per_layer_biases": True},
+    "lsh": {"num_hashes": 2, "num_buckets": 4, "chunk_length": 4, "seed": 0},
 }
 
 

@@ -1,0 +1,433 @@
+"""LSH attention — Kitaev, Kaiser and Levskaya, 2020, "Reformer: The
+Efficient Transformer" (ICLR 2020), §2 "Locality-sensitive hashing
+attention" and §3 (shared-QK attention with its causal self-mask), as
+Hugging Face `transformers` implements it (`LSHSelfAttention`), which this
+reproduces exactly given the same random rotations.
+
+**Shared-QK attention.** Queries and keys are one projection (pass
+`key = query`). The keys are normalised to unit length,
+
+    k̂_j = k_j / (√(mean(k_j²) + ε) · √d),   ε = 1e-6   (≈ k_j / ‖k_j‖),
+
+and the logit of query i and key j is `s_ij = q_i · k̂_j` — no further
+1/√d: transformers' `_len_and_dim_norm`.
+
+**Hashing** (angular LSH, Andoni et al., 2015). With a random rotation
+`R ∈ ℝ^{d × b/2}` per head and hashing round, vector x falls into bucket
+
+    h(x) = argmax([x R ; −x R])   ∈ {0, …, b − 1}      (b = num_buckets, even)
+
+Factorised buckets, `num_buckets = [b₁, b₂, …]` (each even, b = Π b_f):
+one rotation of `Σ b_f / 2` columns, cut into consecutive pieces `R_f` of
+`b_f / 2` columns, and `h = h₁ + b₁·h₂ + b₁·b₂·h₃ + …` with
+`h_f = argmax([x R_f ; −x R_f])`. The shared vectors are hashed as they
+are (before normalisation).
+
+**Sort, chunk, attend.** Every hashing round r hashes all L positions;
+the `num_hashes · L` (round, position) pairs are sorted by `(round,
+bucket, position)` — transformers' `_stable_argsort` of `bucket + round ·
+buckets`, ties broken by position — and the sorted sequence is cut into
+chunks of `c = chunk_length` consecutive entries (chunks run on across
+round boundaries). Each chunk's queries attend to the keys of that chunk,
+the `num_chunks_before` chunks before it and the `num_chunks_after` after
+it, in sorted order and *circularly* (the first chunk of the first round
+looks back at the last chunk of the last round):
+
+    o_i^(r) = Σ_{j ∈ P_i^(r)} exp(s_ij − z_i^(r)) v_j,
+    z_i^(r) = logsumexp_{j ∈ P_i^(r)} s_ij
+
+with masks on the *original* positions of query and key: under
+`is_causal`, `s_ij = −10⁹` for j > i; keys the `attention_mask` forbids,
+`−10⁹`; and the **self-mask**, `s_ii = −10⁵` (§3: a shared-QK vector is
+nearly always closest to itself, so a token attends to itself only when
+nothing else is allowed, e.g. the first token under causality). The
+self-mask is applied last: it also overrides a padding mask on the
+diagonal, and it holds for every copy of position i in the window (the
+same position can appear once per round).
+
+**Rounds** (§2 "Multi-round LSH attention") are combined by their
+normalisers:
+
+    o_i = Σ_r exp(z_i^(r) − logsumexp_r' z_i^(r')) o_i^(r)
+
+i.e. one softmax over the union of the windows *with multiplicity*: a key
+found in k rounds counts k times (the paper's count correction N_{i,j} is
+not applied — as in transformers and trax).
+
+**Short sequences.** When `L ≤ chunk_length`, nothing is hashed: this is
+plain shared-QK attention over the whole sequence with the same masks
+(transformers' `do_standard_self_attention`); the rounds would all see the
+same keys anyway. Longer sequences must be a multiple of `chunk_length`
+(the Reformer model pads its inputs to one).
+
+**Padding.** transformers puts padding tokens into a bucket of their own
+(bucket `b`, after all real ones, in every round), so they sort to the end
+of each round and real tokens share chunks with real tokens; then
+attention to padded keys is masked (−10⁹). Here a key is *padding* when no
+query may attend to it under `attention_mask` — for a key-padding mask
+`(batch, 1, 1, L)` exactly its padding tokens; a general `(query, key)`
+mask is otherwise applied pair by pair, gathered at the original
+positions. (transformers numbers the round offsets `b` or `b + 1` apart
+depending on whether the batch holds any padding at all; the sort order,
+and so the result, is the same either way, so this always reserves the
+padding bucket and keeps shapes static.)
+
+**Rotations.** `rotations` has transformers' layout
+`(num_heads, head_dim, num_hashes, Σ b_f / 2)` (`lsh_rotations_shape`) and
+can be handed to both for a parity check. Without it they are drawn from
+`keras.random.normal` at every call: with the integer `seed` (the same
+rotations every call, like transformers' `config.hash_seed`) or else the
+calling layer's `seed_generator` (fresh rotations every call, like
+transformers without `hash_seed`). Neither reproduces torch's random
+stream. Inside a compiled JAX function, pass `seed`, a `seed_generator`
+or `rotations` (unseeded random ops cannot be traced).
+
+**Numerics.** Logits, masks, the normalisers and the combination of rounds
+are computed in float32 whatever the input dtype (with transformers'
+float32 mask values); the products with the values in the input dtype.
+The rotations are drawn in float32 and cast, so a seed hashes alike in
+every precision. One inherited quirk: a query whose only visible key is
+itself (the first token under causality) has logits at −10⁵, where
+float32 steps by 2⁻⁷, so with several rounds (or several copies of itself
+in the window) its normalisers `−10⁵ + log n` are rounded by up to 0.004
+and its output is its value scaled by 1 ± ~0.4% rather than exactly its
+value — transformers gives the same numbers, which parity keeps.
+
+Cost with W = (1 + num_chunks_before + num_chunks_after)·c: time
+O(B·N·n_h·L·W·d) plus the sort, memory O(B·N·n_h·L·(W + d)).
+"""
+
+import math
+
+import numpy as np
+from keras import ops
+from keras import random
+
+from attention_zoo_keras.attention.local import _check_self_attention
+from attention_zoo_keras.attention.local import _mask_4d
+from attention_zoo_keras.attention.registry import register_mechanism
+
+DEFAULT_NUM_HASHES = 1
+DEFAULT_CHUNK_LENGTH = 64  # transformers' ReformerConfig.lsh_attn_chunk_length
+DEFAULT_NUM_CHUNKS_BEFORE = 1
+DEFAULT_NUM_CHUNKS_AFTER = 0
+MASK_VALUE = -1e9  # transformers' mask_value_float32
+SELF_MASK_VALUE = -1e5  # transformers' self_mask_value_float32
+NORM_EPSILON = 1e-6  # transformers' _len_norm
+
+
+def _positive_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = "positive" if minimum == 1 else "non-negative"
+        raise ValueError(f"{name} must be a {kind} integer; got {value!r}.")
+    return int(value)
+
+
+def bucket_factors(num_buckets):
+    """`num_buckets` (an even int, or a list of even ints for factorised
+    buckets) as a tuple of factors; raises `ValueError` otherwise."""
+    factors = (num_buckets,) if isinstance(num_buckets, (int, np.integer)) else num_buckets
+    try:
+        factors = tuple(factors)
+    except TypeError:
+        factors = ()
+    if not factors or any(
+        isinstance(f, bool) or not isinstance(f, (int, np.integer)) or f < 2 or f % 2 for f in factors
+    ):
+        raise ValueError(
+            "num_buckets must be an even integer ≥ 2 (angular LSH takes the argmax over [xR; −xR], so "
+            f"every bucket count is even), or a list of them for factorised buckets; got {num_buckets!r}."
+        )
+    return tuple(int(f) for f in factors)
+
+
+def lsh_rotations_shape(num_heads, head_dim, num_hashes, num_buckets):
+    """The shape of LSH attention's random rotations,
+    `(num_heads, head_dim, num_hashes, Σ b_f / 2)` — transformers' layout.
+
+    >>> lsh_rotations_shape(2, 8, num_hashes=4, num_buckets=[4, 8])
+    (2, 8, 4, 6)
+    """
+    return (int(num_heads), int(head_dim), int(num_hashes), sum(bucket_factors(num_buckets)) // 2)
+
+
+def default_num_buckets(length, chunk_length):
+    """transformers' choice when `config.num_buckets` is unset: the largest
+    power of two ≤ `2 · length // chunk_length` (at least 2). (transformers
+    also factorises it beyond a limit set by `max_position_embeddings`; pass
+    a list for that.)"""
+    return max(2, 2 ** ((2 * (length // chunk_length)).bit_length() - 1))
+
+
+def lsh_buckets(vectors, rotations, num_buckets, token_mask=None):
+    """The bucket of every position in every hashing round.
+
+    Args:
+        vectors: `(batch, length, num_heads, head_dim)`, the shared
+            query/key vectors.
+        rotations: `(num_heads, head_dim, num_hashes, Σ b_f / 2)`.
+        num_buckets: an even int, or a list of even ints (factorised).
+        token_mask: optional boolean broadcastable to `(batch, num_heads,
+            length)`, `False` for padding tokens.
+
+    Returns:
+        int32 `(batch, num_heads, num_hashes, length)`: `0 … b − 1`, and `b`
+        (= Π b_f, the padding bucket) for padding tokens. transformers'
+        `buckets` output less its round offsets.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.random.rand(1, 6, 2, 4).astype("float32")
+    >>> r = np.random.randn(2, 4, 3, 2).astype("float32")
+    >>> b = lsh_buckets(x, r, num_buckets=4)
+    >>> tuple(b.shape), bool(np.all((np.asarray(b) >= 0) & (np.asarray(b) < 4)))
+    ((1, 2, 3, 6), True)
+    """
+    factors = bucket_factors(num_buckets)
+    rotations = ops.cast(rotations, vectors.dtype)
+    rotated = ops.einsum("blnd,ndhr->bnhlr", vectors, rotations)
+    buckets, start, product = None, 0, 1
+    for factor in factors:
+        piece = rotated[..., start : start + factor // 2]
+        start += factor // 2
+        bucket = ops.cast(ops.argmax(ops.concatenate([piece, -piece], axis=-1), axis=-1), "int32")
+        buckets = bucket if buckets is None else buckets + product * bucket
+        product *= factor
+    if token_mask is not None:
+        token_mask = ops.cast(token_mask, "bool")
+        while len(token_mask.shape) < 3:
+            token_mask = ops.expand_dims(token_mask, 0)
+        buckets = ops.where(token_mask[:, :, None, :], buckets, ops.cast(product, "int32"))
+    return buckets
+
+
+def _length_norm(key):
+    """transformers' `_len_and_dim_norm`: `k / (√(mean(k²) + ε) · √d)`, in float32."""
+    head_dim = key.shape[-1]
+    key = ops.cast(key, "float32")
+    normalised = key * ops.rsqrt(ops.mean(ops.square(key), axis=-1, keepdims=True) + NORM_EPSILON)
+    return normalised / np.float32(math.sqrt(head_dim))
+
+
+def _look_adjacent(x, before, after):
+    """`(B, N, K, c, …)` → `(B, N, K, (before + 1 + after)·c, …)`: chunk k
+    followed by chunks k − before … k + after of axis 2, circularly (with
+    Python's slicing, as transformers' `_look_adjacent`)."""
+    if before == 0 and after == 0:
+        return x
+    parts = []
+    for i in range(-before, after + 1):
+        parts.append(x if i == 0 else ops.concatenate([x[:, :, i:], x[:, :, :i]], axis=2))
+    return ops.concatenate(parts, axis=3)
+
+
+def _key_mask_at(mask, key_position, batch, heads, length):
+    """A key-only `(B|1, N|1, 1, L)` mask at `key_position` `(B, N, K, W)` →
+    `(B, N, K, 1, W)`."""
+    keys = ops.broadcast_to(mask[:, :, 0, :], (batch, heads, length))
+    flat = ops.reshape(key_position, (batch, heads, -1))
+    gathered = ops.take_along_axis(keys, flat, axis=2)
+    return ops.expand_dims(ops.reshape(gathered, ops.shape(key_position)), 3)
+
+
+def _pair_mask_at(mask, query_position, key_position, batch, heads, length):
+    """A `(B|1, N|1, L, L|1)` mask at (query, key) positions `(B, N, K, c)`
+    and `(B, N, K, W)` → `(B, N, K, c, W)`."""
+    pairs = ops.reshape(ops.broadcast_to(mask, (batch, heads, length, length)), (batch, heads, -1))
+    index = query_position[..., :, None] * length + key_position[..., None, :]
+    gathered = ops.take_along_axis(pairs, ops.reshape(index, (batch, heads, -1)), axis=2)
+    return ops.reshape(gathered, ops.shape(index))
+
+
+def _attend_chunks(
+    query, key, value, query_position, key_position, mask, is_causal, length, dropout_rate, training, seed_generator
+):
+    """Chunks of queries `(B, N, K, c, D)` over their windows of normalised
+    keys `(B, N, K, W, D)` and values `(B, N, K, W, M)`, positions
+    `(B, N, K, c)` / `(B, N, K, W)`. Returns the outputs `(B, N, K, c, M)`
+    and float32 normalisers `(B, N, K, c)`."""
+    batch, heads = ops.shape(query)[0], query.shape[1]
+    logits = ops.einsum("bnkcd,bnkwd->bnkcw", ops.cast(query, "float32"), key)
+    same = ops.equal(query_position[..., :, None], key_position[..., None, :])
+    allowed = None
+    if mask is not None:
+        if mask.shape[2] == 1:
+            allowed = _key_mask_at(mask, key_position, batch, heads, length)
+        else:
+            allowed = _pair_mask_at(mask, query_position, key_position, batch, heads, length)
+    if is_causal:
+        causal = ops.greater_equal(query_position[..., :, None], key_position[..., None, :])
+        allowed = causal if allowed is None else ops.logical_and(allowed, causal)
+    if allowed is not None:
+        logits = ops.where(allowed, logits, np.float32(MASK_VALUE))
+    logits = ops.where(same, np.float32(SELF_MASK_VALUE), logits)
+    normaliser = ops.logsumexp(logits, axis=-1, keepdims=True)
+    probabilities = ops.exp(logits - normaliser)
+    if training and dropout_rate > 0.0:
+        probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
+    output = ops.einsum("bnkcw,bnkwm->bnkcm", ops.cast(probabilities, value.dtype), value)
+    return output, normaliser[..., 0]
+
+
+@register_mechanism("lsh")
+def lsh_attention(
+    query,
+    key,
+    value,
+    attention_mask=None,
+    is_causal=False,
+    dropout_rate=0.0,
+    training=False,
+    seed_generator=None,
+    num_hashes=DEFAULT_NUM_HASHES,
+    num_buckets=None,
+    chunk_length=DEFAULT_CHUNK_LENGTH,
+    num_chunks_before=DEFAULT_NUM_CHUNKS_BEFORE,
+    num_chunks_after=DEFAULT_NUM_CHUNKS_AFTER,
+    rotations=None,
+    seed=None,
+):
+    """Reformer LSH self-attention over `(batch, length, num_heads, head_dim)`,
+    equal to transformers' `LSHSelfAttention` (before its output
+    projection) given the same rotations. See the module docstring.
+
+    Args:
+        query: `(B, L, N, D)`; the Reformer's shared query/key vectors.
+        key: `(B, L, N, D)`; pass `key = query`. The hashing and the sort
+            use `key`, the queries are sorted along with it position by
+            position — with separate queries and keys the result is
+            defined, but LSH no longer groups a query with its near keys.
+        value: `(B, L, N, M)`.
+        attention_mask: boolean, broadcastable to `(B, N, L, L)`, `True`
+            where a query may attend to a key; keys that no query may
+            attend to are padding and get a bucket of their own (a
+            key-padding mask `(B, 1, 1, L)` is the Reformer's case, and the
+            cheapest).
+        is_causal: mask keys after the query by original position
+            (transformers' `is_decoder`).
+        dropout_rate: dropout on the attention probabilities of every
+            round while training.
+        training: whether dropout is active.
+        seed_generator: a `keras.random.SeedGenerator` for the dropout, and
+            for the rotations when neither `rotations` nor `seed` is given.
+        num_hashes: hashing rounds n_h.
+        num_buckets: an even int, or a list of even ints for factorised
+            buckets (`[b₁, b₂]`: b₁·b₂ buckets from `(b₁ + b₂)/2`
+            rotation columns); `None` picks `default_num_buckets(L,
+            chunk_length)`.
+        chunk_length: entries of the sorted sequence per chunk; `L` must
+            be a multiple of it, or at most it (then plain shared-QK
+            attention, no hashing).
+        num_chunks_before, num_chunks_after: neighbouring chunks (in sorted
+            order) each chunk also attends to.
+        rotations: `(N, D, num_hashes, Σ b_f / 2)` random rotations
+            (`lsh_rotations_shape`), transformers' layout; a layer passes
+            them per call through `mechanism_arguments={"rotations": r}`.
+            `None` draws them from a standard normal.
+        seed: an int seed for drawing the rotations (the same every call).
+
+    Returns:
+        `(B, L, N, M)`.
+
+    Raises:
+        ValueError: for a length that is neither a multiple of
+            `chunk_length` nor at most it, odd bucket counts, rotations of
+            the wrong shape, or unequal query and key lengths.
+
+    Example:
+
+    >>> import numpy as np
+    >>> qk = np.random.rand(2, 16, 4, 8).astype("float32")
+    >>> v = np.random.rand(2, 16, 4, 8).astype("float32")
+    >>> out = lsh_attention(qk, qk, v, is_causal=True, num_hashes=2, num_buckets=4, chunk_length=4, seed=0)
+    >>> tuple(out.shape)
+    (2, 16, 4, 8)
+    """
+    _check_self_attention(query, key, value, "LSH")
+    num_hashes = _positive_int(num_hashes, "num_hashes")
+    chunk_length = _positive_int(chunk_length, "chunk_length")
+    before = _positive_int(num_chunks_before, "num_chunks_before", minimum=0)
+    after = _positive_int(num_chunks_after, "num_chunks_after", minimum=0)
+    length, heads, head_dim = key.shape[1], key.shape[2], key.shape[3]
+    if length is None:
+        raise ValueError(
+            "LSH attention needs a static sequence length (its chunks and sort are shaped by it); got "
+            f"key shape {tuple(key.shape)}."
+        )
+    if length > chunk_length and length % chunk_length:
+        raise ValueError(
+            f"The sequence length {length} is not a multiple of chunk_length {chunk_length}: LSH "
+            "attention cuts the sorted sequence into whole chunks (pad the inputs to a multiple, as the "
+            "Reformer model does, or choose a chunk_length that divides the length)."
+        )
+    if num_buckets is None:
+        num_buckets = default_num_buckets(length, chunk_length)
+    factors = bucket_factors(num_buckets)
+    expected = lsh_rotations_shape(heads, head_dim, num_hashes, factors)
+    if rotations is not None and tuple(rotations.shape) != expected:
+        raise ValueError(
+            f"rotations must have shape (num_heads, head_dim, num_hashes, sum(num_buckets) // 2) = "
+            f"{expected} for {heads} heads of {head_dim}, num_hashes={num_hashes} and "
+            f"num_buckets={num_buckets!r}; got {tuple(rotations.shape)}."
+        )
+
+    mask = None if attention_mask is None else _mask_4d(attention_mask, length, length)
+    query_t = ops.transpose(query, (0, 2, 1, 3))  # (B, N, L, D)
+    key_t = ops.transpose(key, (0, 2, 1, 3))
+    value_t = ops.transpose(value, (0, 2, 1, 3))
+    batch, value_dim = ops.shape(query_t)[0], value.shape[3]
+
+    if length <= chunk_length:  # transformers' do_standard_self_attention: one chunk, no hashing
+        position = ops.broadcast_to(ops.arange(length, dtype="int32"), (batch, heads, 1, length))
+        output, _ = _attend_chunks(
+            query_t[:, :, None], _length_norm(key_t)[:, :, None], value_t[:, :, None], position, position, mask,
+            is_causal, length, dropout_rate, training, seed_generator,
+        )
+        return ops.transpose(output[:, :, 0], (0, 2, 1, 3))
+
+    if rotations is None:
+        # Drawn in float32 whatever the compute dtype, so that a seed hashes alike in every precision.
+        rotations = random.normal(expected, dtype="float32", seed=seed if seed is not None else seed_generator)
+    token_mask = None
+    if mask is not None:
+        token_mask = mask[:, :, 0, :] if mask.shape[2] == 1 else ops.any(mask, axis=2)
+    buckets = lsh_buckets(key, rotations, factors, token_mask)  # (B, N, n_h, L)
+
+    # Sort the n_h·L (round, position) entries by (round, bucket, position).
+    # Every sort key is distinct, so any argsort is the stable one.
+    rounds_apart = math.prod(factors) + 1  # with the padding bucket
+    offsets = ops.arange(num_hashes, dtype="int32")[:, None] * rounds_apart
+    sort_keys = (buckets + offsets) * length + ops.arange(length, dtype="int32")
+    sort_keys = ops.reshape(sort_keys, (batch, heads, num_hashes * length))
+    order = ops.cast(ops.argsort(sort_keys, axis=-1), "int32")  # flat entries r·L + i
+    undo_order = ops.cast(ops.argsort(order, axis=-1), "int32")
+    position = order % length
+
+    gather = position[..., None]
+    num_chunks = num_hashes * length // chunk_length
+    chunk_position = ops.reshape(position, (batch, heads, num_chunks, chunk_length))
+    sorted_query = ops.take_along_axis(query_t, gather, axis=2)
+    sorted_key = _length_norm(ops.take_along_axis(key_t, gather, axis=2))
+    sorted_value = ops.take_along_axis(value_t, gather, axis=2)
+    output, normaliser = _attend_chunks(
+        ops.reshape(sorted_query, (batch, heads, num_chunks, chunk_length, head_dim)),
+        _look_adjacent(ops.reshape(sorted_key, (batch, heads, num_chunks, chunk_length, head_dim)), before, after),
+        _look_adjacent(
+            ops.reshape(sorted_value, (batch, heads, num_chunks, chunk_length, value_dim)), before, after
+        ),
+        chunk_position,
+        _look_adjacent(chunk_position, before, after),
+        mask, is_causal, length, dropout_rate, training, seed_generator,
+    )
+
+    # Back to (round, position) order, then one softmax over the rounds.
+    output = ops.take_along_axis(
+        ops.reshape(output, (batch, heads, num_hashes * length, value_dim)), undo_order[..., None], axis=2
+    )
+    normaliser = ops.take_along_axis(ops.reshape(normaliser, (batch, heads, -1)), undo_order, axis=2)
+    output = ops.reshape(output, (batch, heads, num_hashes, length, value_dim))
+    normaliser = ops.reshape(normaliser, (batch, heads, num_hashes, length))
+    weights = ops.exp(normaliser - ops.logsumexp(normaliser, axis=2, keepdims=True))
+    output = ops.sum(ops.cast(output, "float32") * weights[..., None], axis=2)
+    return ops.transpose(ops.cast(output, value.dtype), (0, 2, 1, 3))

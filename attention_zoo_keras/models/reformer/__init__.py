@@ -1,0 +1,1 @@
+"""Reformer (Kitaev et al., 2020): under construction (issue 8)."""
