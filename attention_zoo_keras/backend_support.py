@@ -103,9 +103,7 @@ def mask_for_fused_attention(mask, query_length, key_length):
     the mask is returned as is."""
     if mask is None or backend_name() != "jax":
         return mask
-    from keras import ops
-
-    return ops.broadcast_to(mask, tuple(ops.shape(mask)[:-2]) + (query_length, key_length))
+    return keras.ops.broadcast_to(mask, tuple(keras.ops.shape(mask)[:-2]) + (query_length, key_length))
 
 
 def fused_attention_with_dropout():

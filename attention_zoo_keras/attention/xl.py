@@ -41,8 +41,10 @@ from keras import random
 
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
+from attention_zoo_keras.attention.relative import _distances
 from attention_zoo_keras.attention.softmax import KeyValueCache
 from attention_zoo_keras.attention.softmax import _masked_logit
+from attention_zoo_keras.attention.softmax import causal_mask
 
 
 def xl_attention_mask(query_length, key_length, attention_span=None, query_offset=None):
@@ -63,11 +65,9 @@ def xl_attention_mask(query_length, key_length, attention_span=None, query_offse
     """
     if query_offset is None:
         query_offset = key_length - query_length
-    query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(query_offset, "int32")
-    key_positions = ops.arange(key_length, dtype="int32")[None, :]
-    mask = key_positions <= query_positions
+    mask = causal_mask(query_length, key_length, query_offset)
     if attention_span is not None:
-        mask = ops.logical_and(mask, key_positions > query_positions - attention_span)
+        mask = ops.logical_and(mask, _distances(query_length, key_length, query_offset) > -attention_span)
     return mask
 
 
@@ -88,9 +88,7 @@ def _gathered_position_logits(position_query, position_keys, key_length, query_o
     the `(R, N, H)` distance table (row d for distance d, the last row for
     all longer ones)."""
     by_distance = ops.einsum("btnh,rnh->bntr", position_query, position_keys)
-    query_length = ops.shape(position_query)[1]
-    query_positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(query_offset, "int32")
-    distances = query_positions - ops.arange(key_length, dtype="int32")[None, :]
+    distances = -_distances(ops.shape(position_query)[1], key_length, query_offset)
     rows = ops.clip(distances, 0, ops.shape(position_keys)[0] - 1)
     return ops.take_along_axis(by_distance, rows[None, None, :, :], axis=-1)
 
@@ -179,7 +177,7 @@ def xl_attention(
 
     mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
     if is_causal:
-        causal = xl_attention_mask(query_length, key_length, query_offset=query_offset)
+        causal = causal_mask(query_length, key_length, query_offset)
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
         logits = ops.where(mask, logits, _masked_logit(logits.dtype))

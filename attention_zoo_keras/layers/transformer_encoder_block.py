@@ -106,8 +106,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
         """Dropout on a residual branch."""
         return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
-    def _attention_layer(self, hidden_dim, name, attention="softmax", attention_options=None):
-        """A `MultiHeadAttention` of this block's heads, dropout and initializer."""
+    def _attention_layer(self, hidden_dim, name, attention="softmax", attention_options=None, use_bias=True):
+        """A `MultiHeadAttention` of this block's heads, dropout and initializer
+        (`use_bias`: whether its projections have biases)."""
         if self.head_dim is None and hidden_dim % self.num_heads:
             raise ValueError(
                 f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}; "
@@ -119,6 +120,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             attention=attention,
             attention_options=attention_options,
             dropout=self.attention_dropout,
+            use_bias=use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name=name,

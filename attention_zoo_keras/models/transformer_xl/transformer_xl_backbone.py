@@ -306,11 +306,11 @@ class TransformerXLBackbone(Backbone):
     def validate_inputs(self, inputs):
         token_ids = inputs["token_ids"]
         check_id_range("token_ids", token_ids, self.vocabulary_size)
-        memory_shape = tuple(np.shape(inputs["memory"]) if isinstance(inputs["memory"], np.ndarray) else ops.shape(inputs["memory"]))
+        memory_shape = tuple(np.shape(inputs["memory"]))
         expected = f"(batch, num_layers={self.num_layers}, memory_length, hidden_dim={self.hidden_dim})"
         if len(memory_shape) != 4 or memory_shape[1] != self.num_layers or memory_shape[3] != self.hidden_dim:
             raise ValueError(f"'memory' must be {expected}; got shape {memory_shape}.")
-        batch = np.shape(token_ids)[0] if isinstance(token_ids, (np.ndarray, list)) else ops.shape(token_ids)[0]
+        batch = np.shape(token_ids)[0]
         if memory_shape[0] != batch:
             raise ValueError(
                 f"'memory' is for a batch of {memory_shape[0]} sequences, 'token_ids' has {batch}: a memory "

@@ -21,7 +21,6 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.initializers import clone_initializer
-from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.registration import register
 
@@ -65,42 +64,30 @@ class TransformerXLBlock(TransformerEncoderBlock):
         kwargs.pop("attention", None)
         kwargs.pop("attention_options", None)
         kwargs.pop("is_causal", None)
-        super().__init__(num_heads, intermediate_dim, activation=activation, is_causal=True, attention="xl", **kwargs)
+        super().__init__(
+            num_heads, intermediate_dim, activation=activation, is_causal=True, attention="xl",
+            attention_options={"per_layer_biases": per_layer_biases}, **kwargs,
+        )
         self.per_layer_biases = per_layer_biases
-        self.attention_options = {"per_layer_biases": per_layer_biases}
         self.position_projection = None
 
     def build(self, x_shape):
-        input_shape = x_shape
-        hidden_dim = input_shape[-1]
-        if self.head_dim is None and hidden_dim % self.num_heads:
-            raise ValueError(
-                f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}; pass head_dim explicitly."
-            )
-        head_dim = self.head_dim or hidden_dim // self.num_heads
-        self.self_attention = MultiHeadAttention(
-            num_heads=self.num_heads,
-            head_dim=head_dim,
-            attention="xl",
-            attention_options=self.attention_options,
-            dropout=self.attention_dropout,
-            use_bias=False,
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            dtype=self.dtype_policy,
-            name="self_attention",
+        hidden_dim = x_shape[-1]
+        self.self_attention = self._attention_layer(
+            hidden_dim, "self_attention", self.attention, self.attention_options, use_bias=False
         )
-        self.self_attention.build(input_shape)
+        self.self_attention.build(x_shape)
         self.position_projection = keras.layers.Dense(
-            self.num_heads * head_dim,
+            self.num_heads * self.self_attention.head_dim,
             use_bias=False,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="position_projection",
         )
         self.position_projection.build((None, hidden_dim))
-        self.attention_norm.build(input_shape)
-        self.feed_forward.build(input_shape)
-        self.output_norm.build(input_shape)
+        self.attention_norm.build(x_shape)
+        self.feed_forward.build(x_shape)
+        self.output_norm.build(x_shape)
 
     def position_keys(self, position_encodings):
         """`W_R R`: `(distances, num_heads, head_dim)`."""

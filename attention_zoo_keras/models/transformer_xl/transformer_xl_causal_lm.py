@@ -52,7 +52,7 @@ class ReadStreamMemory(keras.layers.Layer):
     """In the task's graph: the memory a batch starts from — the carried
     one (`streams()` returns the task's `StreamMemory`, if any), zeros for
     rows marked `reset_memory`, and `mem_len` zero vectors when nothing is
-    carried. Never a path for gradients."""
+    carried. The variable is not trainable, so no gradient reaches it."""
 
     def __init__(self, streams, num_layers, mem_len, hidden_dim, **kwargs):
         super().__init__(**kwargs)
@@ -69,7 +69,7 @@ class ReadStreamMemory(keras.layers.Layer):
                 f"The memory carried between calls holds {stream_count} streams; this batch has {batch} rows. "
                 f"Call reset_memory({batch}) to start new streams."
             )
-        memory = ops.stop_gradient(ops.cast(ops.convert_to_tensor(streams[0].memory), self.compute_dtype))
+        memory = ops.cast(ops.convert_to_tensor(streams[0].memory), self.compute_dtype)
         if reset_memory is not None:
             keep = ops.logical_not(ops.cast(reset_memory, "bool"))[:, None, None, None]
             memory = ops.where(keep, memory, ops.zeros_like(memory))
@@ -80,8 +80,9 @@ class ReadStreamMemory(keras.layers.Layer):
 
 
 class WriteStreamMemory(keras.layers.Layer):
-    """In the task's graph: keeps the memory a batch produced for the next
-    (when a `StreamMemory` is carried) and passes `outputs` through."""
+    """In the task's graph: keeps the memory a batch produced (the
+    backbone's, already without gradient) for the next, when a
+    `StreamMemory` is carried, and passes `outputs` through."""
 
     def __init__(self, streams, **kwargs):
         super().__init__(**kwargs)
@@ -91,7 +92,7 @@ class WriteStreamMemory(keras.layers.Layer):
         streams = self.streams()
         if streams:
             variable = streams[0].memory
-            variable.assign(ops.cast(ops.stop_gradient(new_memory), variable.dtype))
+            variable.assign(ops.cast(new_memory, variable.dtype))
         return outputs
 
     def compute_output_spec(self, outputs, new_memory):
