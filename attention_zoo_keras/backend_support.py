@@ -428,6 +428,15 @@ def _torch_custom_gradient_from_outputs(forward, backward):
     return torch_apply
 
 
+def relaxes_traced_shapes():
+    """Whether Keras' compiled `fit` / `evaluate` / `predict` functions on
+    this backend generalise to unknown dimensions once they see a second
+    input shape: TensorFlow's `tf.function(reduce_retracing=True)` then
+    traces with the sequence length `None`. (JAX compiles per shape; torch
+    runs eagerly.)"""
+    return backend_name() == "tensorflow"
+
+
 def supports_custom_gradients():
     """Whether `custom_gradient_from_outputs` works on this backend."""
     return backend_name() in ("jax", "tensorflow", "torch")

@@ -17,9 +17,8 @@ import sys
 import numpy as np
 
 import attention_zoo_keras as azk
-from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.source import PresetSource
-from state_dict import read_state_dict
+from state_dict import convert
 
 TASKS = {
     "backbone": azk.models.BertBackbone,
@@ -29,16 +28,6 @@ TASKS = {
 }
 VERIFY_TEXTS = ["The attention mechanism relates every token to every other.", "A short one."]
 TOLERANCE = 1e-4
-
-
-def convert(src, task="backbone"):
-    """The converted model (with its preprocessor, for tasks)."""
-    source = PresetSource.of(src)
-    config = source.config()
-    converter = converter_for(config, source.description)
-    model = TASKS[task].from_preset(source, load_weights=False)
-    model.assign_arrays(converter.weights(config, read_state_dict(source)), source.description, converter.optional_keys)
-    return model
 
 
 def verify(model, src):
@@ -73,7 +62,7 @@ def main(argv=None):
     parser.add_argument("--task", choices=sorted(TASKS), default="backbone")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison with transformers")
     args = parser.parse_args(argv)
-    model = convert(args.src, args.task)
+    model = convert(TASKS[args.task], args.src)
     if not args.no_verify:
         difference = verify(model, args.src)
         print(f"max |ours - transformers| on the last hidden state: {difference:.2e}")

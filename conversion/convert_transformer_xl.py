@@ -20,21 +20,9 @@ library's tests check the converter against golden outputs of
 import argparse
 import sys
 
-from state_dict import read_state_dict
+from state_dict import convert
 
-from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
-
-
-def convert(src):
-    """The converted `TransformerXLCausalLM`, with its preprocessor."""
-    source = PresetSource.of(src)
-    config = source.config()
-    converter = converter_for(config, source.description)
-    model = TransformerXLCausalLM.from_preset(source, load_weights=False)
-    model.assign_arrays(converter.weights(config, read_state_dict(source)), source.description, converter.optional_keys)
-    return model
 
 
 def main(argv=None):
@@ -42,7 +30,7 @@ def main(argv=None):
     parser.add_argument("src")
     parser.add_argument("dest")
     args = parser.parse_args(argv)
-    model = convert(args.src)
+    model = convert(TransformerXLCausalLM, args.src)
     model.save_to_preset(args.dest)
     print(f"saved {type(model).__name__} to {args.dest}")
     return 0

@@ -177,6 +177,10 @@ class DecodingCache(abc.ABC):
         (output, new_cache) = attend_with_cache(Q_new, K_new, V_new, cache, t0)
         output == mechanism(Q, K, V, is_causal=True)[:, t0 : t0 + T]
 
+    One exception: LSH attention's chunks depend on the whole sequence, so
+    no cache can reproduce its full pass; `lsh.LSHDecodingCache` decodes as
+    the Reformer's reference implementation does instead.
+
     Attributes:
         position_addressed: `True` if the cache stores each position in its
             own slot (a key/value cache): writing a position again replaces

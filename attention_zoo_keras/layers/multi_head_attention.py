@@ -42,6 +42,9 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
         kernel_initializer: initializer of the projection kernels.
+        shared_query_key: one projection gives both the queries and the
+            keys (`W_K = W_Q`; there is no `key` projection), as the
+            Reformer's LSH attention needs (Kitaev et al., 2020, §3).
 
     Call args:
         query: `(batch, query_length, dim)`.
@@ -93,6 +96,7 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout=0.0,
         use_bias=True,
         kernel_initializer="glorot_uniform",
+        shared_query_key=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -106,12 +110,13 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout = dropout
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.shared_query_key = shared_query_key
         self._mechanism = get_mechanism(attention)
         self.seed_generator = keras.random.SeedGenerator(seed=None)
 
         inner_dim = num_heads * head_dim
         self.query_dense = self._projection(inner_dim, "query")
-        self.key_dense = self._projection(inner_dim, "key")
+        self.key_dense = None if shared_query_key else self._projection(inner_dim, "key")
         self.value_dense = self._projection(inner_dim, "value")
         self.output_dense = None
         self.mechanism_weights = {}
@@ -128,7 +133,8 @@ class MultiHeadAttention(keras.layers.Layer):
     def build(self, query_shape, value_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         self.query_dense.build(query_shape)
-        self.key_dense.build(value_shape)
+        if self.key_dense is not None:
+            self.key_dense.build(value_shape)
         self.value_dense.build(value_shape)
         output_dim = self.output_dim or query_shape[-1]
         self.output_dense = self._projection(output_dim, "output")
@@ -159,7 +165,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """`(key, value)` heads of `value` `(batch, key_length, dim)`, each
         `(batch, key_length, num_heads, head_dim)`: what `call(key_value=...)`
         takes."""
-        return self._split_heads(self.key_dense(value)), self._split_heads(self.value_dense(value))
+        key_dense = self.query_dense if self.shared_query_key else self.key_dense
+        return self._split_heads(key_dense(value)), self._split_heads(self.value_dense(value))
 
     def call(
         self,
@@ -187,9 +194,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError("A decoding cache is only supported for self-attention (value=None).")
             if cache_update_index is None:
                 raise ValueError("A decoding cache needs cache_update_index, the position of the first new token.")
+            key_heads = query_heads if self.shared_query_key else self._split_heads(self.key_dense(query))
             attended, new_cache = get_decoding(self.attention).attend_with_cache(
                 query_heads,
-                self._split_heads(self.key_dense(query)),
+                key_heads,
                 self._split_heads(self.value_dense(query)),
                 cache,
                 cache_update_index,
@@ -201,7 +209,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 **arguments,
             )
         else:
-            if key_value is None:
+            if key_value is None and value is None and self.shared_query_key:
+                key_value = (query_heads, self._split_heads(self.value_dense(query)))
+            elif key_value is None:
                 key_value = self.project_key_value(query if value is None else value)
             elif value is not None:
                 raise ValueError("Pass value or key_value, not both.")
@@ -237,6 +247,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "shared_query_key": self.shared_query_key,
             }
         )
         return config

@@ -14,6 +14,15 @@ from attention_zoo_keras.models.gpt import GPTCausalLM
 from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt import GPTTokenizer
 from attention_zoo_keras.models.preprocessor import Preprocessor
+from attention_zoo_keras.models.reformer import ReformerBackbone
+from attention_zoo_keras.models.reformer import ReformerByteTokenizer
+from attention_zoo_keras.models.reformer import ReformerCausalLM
+from attention_zoo_keras.models.reformer import ReformerCausalLMPreprocessor
+from attention_zoo_keras.models.reformer import ReformerMaskedLM
+from attention_zoo_keras.models.reformer import ReformerMaskedLMPreprocessor
+from attention_zoo_keras.models.reformer import ReformerPreprocessor
+from attention_zoo_keras.models.reformer import ReformerTextClassifier
+from attention_zoo_keras.models.reformer import ReformerTokenizer
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.transformer import TransformerBackbone
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM

@@ -11,6 +11,10 @@ with a cache:
 - `_decoding_constants(buffer_length)`: tensors every step takes, computed
   once per generation (e.g. a transposed output matrix);
 - `max_generation_length`: the longest sequence it can generate, or `None`.
+
+A model whose cache cannot reproduce its full pass (the Reformer's LSH
+attention) also overrides `_prefilled_cache` and `_decoding_step`, so that
+the prompt pass's own logits start the loop.
 """
 
 import keras
@@ -46,6 +50,12 @@ class CausalLM(GenerativeTask):
     def _decoding_constants(self, buffer_length):
         """Tensors every decoding step takes, computed once per generation."""
         return ()
+
+    def _decoding_step(self):
+        """The function the decoding loop calls at every position,
+        `step(token_column, cache, index, *constants) -> (logits, cache)`:
+        `_next_token_logits`, made cheap per call (`compile_step`)."""
+        return compile_step(self._next_token_logits, self.variables)
 
     @property
     def decoding(self):
@@ -264,7 +274,7 @@ class CausalLM(GenerativeTask):
         uniforms = sampler_uniforms(sampler, batch, buffer_length, int(end_positions.max()), seed)
 
         def build():
-            step = compile_step(self._next_token_logits, self.variables)
+            step = self._decoding_step()
 
             def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 constants = self._decoding_constants(token_ids.shape[1])
@@ -299,7 +309,7 @@ class CausalLM(GenerativeTask):
         valid = np.zeros(token_ids.shape, dtype=bool)
 
         def build():
-            step = compile_step(self._next_token_logits, self.variables)
+            step = self._decoding_step()
 
             def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
                 constants = self._decoding_constants(token_ids.shape[1])

@@ -49,9 +49,28 @@ def _without_mixed_types(inputs):
     return {k: keras.ops.convert_to_tensor(v) if isinstance(v, (np.ndarray, list)) else v for k, v in inputs.items()}
 
 
+def _sequence_length(x):
+    """The sequence length of `fit` / `evaluate` / `predict` data: a feature
+    dict's `token_ids`, or the length its preprocessor pads raw text to;
+    `None` if unknown."""
+    if isinstance(x, dict) and "token_ids" in x:
+        return np.shape(x["token_ids"])[-1]
+    preprocessor = getattr(x, "preprocessor", None)
+    return getattr(preprocessor, "sequence_length", None)
+
+
 class ValidatesInputs:
     """Mixin for `keras.Model`s: `validate_inputs` runs on concrete feature
-    dicts given to `__call__`, `fit`, `evaluate` and `predict`."""
+    dicts given to `__call__`, `fit`, `evaluate` and `predict`.
+
+    A backbone whose graph needs a static sequence length (the Reformer's
+    chunked attention) sets `static_sequence_length = True`: on a backend
+    whose compiled functions relax shapes (`backend_support.relaxes_traced_shapes`)
+    its model's `fit` / `evaluate` / `predict` functions are then made anew
+    whenever the length changes.
+    """
+
+    static_sequence_length = False
 
     def validate_inputs(self, inputs):
         """Checks concrete inputs (ids in range, lengths); raises `ValueError`."""
@@ -60,18 +79,29 @@ class ValidatesInputs:
         if is_concrete_features(x):
             self.validate_inputs(x)
 
+    def _prepare_functions(self, x):
+        """Validates `fit` / `evaluate` / `predict` data, and drops compiled
+        functions traced for another length where the length must be static."""
+        self._validate_if_concrete(x)
+        backbone = getattr(self, "backbone", self)
+        if getattr(backbone, "static_sequence_length", False) and backend_support.relaxes_traced_shapes():
+            length = _sequence_length(x)
+            if length is not None and length != getattr(self, "_traced_sequence_length", None):
+                self.train_function = self.test_function = self.predict_function = None
+                self._traced_sequence_length = length
+
     def __call__(self, inputs, *args, **kwargs):
         self._validate_if_concrete(inputs)
         return super().__call__(_without_mixed_types(inputs), *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        self._validate_if_concrete(x)
+        self._prepare_functions(x)
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        self._validate_if_concrete(x)
+        self._prepare_functions(x)
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        self._validate_if_concrete(x)
+        self._prepare_functions(x)
         return super().predict(x, *args, **kwargs)

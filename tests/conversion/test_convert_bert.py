@@ -15,6 +15,7 @@ import attention_zoo_keras as azk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conversion"))
 import convert_bert  # noqa: E402
+import state_dict  # noqa: E402
 
 
 def test_pytorch_bin_checkpoint_converts_and_verifies(tiny_bert_checkpoints, tmp_path):
@@ -42,4 +43,4 @@ def test_bin_loading_refuses_pickled_objects(tmp_path, tiny_bert_checkpoints):
     (source / "model.safetensors").unlink()
     torch.save({"payload": Path("/")}, source / "pytorch_model.bin")
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
-        convert_bert.read_state_dict(azk.hub.PresetSource(str(source)))
+        state_dict.read_state_dict(azk.hub.PresetSource(str(source)))

@@ -6,16 +6,13 @@ Padding uses `<|endoftext|>` (GPT-2 has no pad token) with weight 0, so it
 never counts in the loss or the metrics.
 """
 
-import keras
-import numpy as np
-
+from attention_zoo_keras.models.causal_lm_preprocessor import CausalLMPreprocessor
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
-from attention_zoo_keras.models.text_preprocessor import TextPreprocessor
 from attention_zoo_keras.registration import register
 
 
 @register
-class GPTCausalLMPreprocessor(TextPreprocessor):
+class GPTCausalLMPreprocessor(CausalLMPreprocessor):
     """Raw strings to GPT-2 `token_ids` and `padding_mask`, with the next
     tokens as labels.
 
@@ -47,52 +44,3 @@ class GPTCausalLMPreprocessor(TextPreprocessor):
 
     tokenizer_cls = GPTTokenizer
     family = "gpt"
-
-    def __init__(self, tokenizer, sequence_length=1024, add_start_token=False, add_end_token=True):
-        super().__init__(tokenizer)
-        self.sequence_length = sequence_length
-        self.add_start_token = add_start_token
-        self.add_end_token = add_end_token
-
-    def get_config(self):
-        return {
-            "sequence_length": self.sequence_length,
-            "add_start_token": self.add_start_token,
-            "add_end_token": self.add_end_token,
-        }
-
-    def pack(self, x, sequence_length=None):
-        """`{"token_ids", "padding_mask"}` of raw text `x` (numpy int32,
-        `(batch, sequence_length)`), right-padded with `<|endoftext|>`."""
-        segments = self.segments(x)
-        if len(segments) != 1:
-            raise ValueError(f"GPT-2 takes one text per example; got {len(segments)} segments.")
-        length = sequence_length or self.sequence_length
-        end = self.tokenizer.end_token_id
-        start = [end] if self.add_start_token else []
-        finish = [end] if self.add_end_token else []
-        budget = length - len(start) - len(finish)
-        if budget < 0:
-            raise ValueError(f"sequence_length {length} cannot hold the special tokens.")
-        encoded = self.tokenizer.encode(segments[0])
-        token_ids = np.full((len(encoded), length), end, dtype="int32")
-        padding_mask = np.zeros((len(encoded), length), dtype="int32")
-        for row, ids in enumerate(encoded):
-            ids = start + ids[:budget] + finish
-            token_ids[row, : len(ids)] = ids
-            padding_mask[row, : len(ids)] = 1
-        return {"token_ids": token_ids, "padding_mask": padding_mask}
-
-    def __call__(self, x, y=None, sample_weight=None):
-        if y is not None:
-            raise ValueError(
-                "GPTCausalLMPreprocessor takes no labels: they are the text's next tokens. "
-                "Pass only the texts."
-            )
-        packed = self.pack(x, self.sequence_length + 1)
-        features = {key: value[:, :-1] for key, value in packed.items()}
-        labels = packed["token_ids"][:, 1:]
-        weights = packed["padding_mask"][:, 1:].astype("float32")
-        if sample_weight is not None:
-            weights = weights * np.asarray(sample_weight, dtype="float32").reshape(-1, 1)
-        return keras.utils.pack_x_y_sample_weight(features, labels, weights)

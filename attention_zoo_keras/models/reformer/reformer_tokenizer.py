@@ -36,6 +36,7 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import bpe_tokenizer
 from attention_zoo_keras.tokenizers.sentencepiece_model import read_sentencepiece_model
 from attention_zoo_keras.tokenizers.sentencepiece_model import unigram_tokenizer
 from attention_zoo_keras.tokenizers.tokenizer import Tokenizer
+from attention_zoo_keras.tokenizers.tokenizer import read_tokenizer_json
 
 END_TOKEN = "</s>"
 UNKNOWN_TOKEN = "<unk>"
@@ -108,6 +109,16 @@ class ReformerTokenizer(Tokenizer):
         return (self.end_token_id, self.unknown_token_id)
 
     @classmethod
+    def from_file(cls, path):
+        """Reads a `tokenizer.json`: a `ReformerByteTokenizer` if it lays out
+        the enwik8 byte ids, otherwise a `ReformerTokenizer` (so a preset of
+        either Reformer checkpoint loads with this class)."""
+        backend = read_tokenizer_json(path)
+        if _is_byte_layout(backend):
+            return ReformerByteTokenizer(backend)
+        return cls(backend)
+
+    @classmethod
     def from_sentencepiece(cls, path):
         """From a SentencePiece model file (`spiece.model`), read without the
         `sentencepiece` package.
@@ -173,6 +184,13 @@ def byte_tokenizer():
     return tokenizer
 
 
+def _is_byte_layout(backend):
+    """Whether a `tokenizers.Tokenizer` has `byte_tokenizer`'s ids."""
+    expected = {BYTE_PAD_TOKEN: 0, BYTE_END_TOKEN: 1, "A": ord("A") + BYTE_OFFSET}
+    found = {token: backend.token_to_id(token) for token in expected}
+    return found == expected and backend.get_vocab_size(with_added_tokens=True) == 256 + BYTE_OFFSET
+
+
 class ReformerByteTokenizer(Tokenizer):
     """The byte-level scheme of `google/reformer-enwik8`: the id of each UTF-8
     byte of a text is the byte plus 2; 0 is `<pad>` and 1 is `<EOS>` (end
@@ -203,9 +221,7 @@ class ReformerByteTokenizer(Tokenizer):
 
     def __init__(self, tokenizer=None):
         super().__init__(byte_tokenizer() if tokenizer is None else tokenizer)
-        expected = {BYTE_PAD_TOKEN: 0, BYTE_END_TOKEN: 1, "A": ord("A") + BYTE_OFFSET}
-        found = {token: self.backend.token_to_id(token) for token in expected}
-        if found != expected or self.backend.get_vocab_size(with_added_tokens=True) != 256 + BYTE_OFFSET:
+        if not _is_byte_layout(self.backend):
             raise ValueError(
                 "The tokenizer does not lay out the Reformer byte ids (<pad> 0, <EOS> 1, byte b at b + 2, "
                 "258 ids); build it with ReformerByteTokenizer() instead."

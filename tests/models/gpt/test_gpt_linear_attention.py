@@ -59,7 +59,7 @@ def test_the_decoding_protocol_is_the_mechanisms():
 
 def test_a_mechanism_without_decoding_is_refused_clearly(monkeypatch):
     monkeypatch.setitem(registry._MECHANISMS._entries, "no_decoding", softmax.softmax_attention)
-    known = "additive, linear, local, relative, softmax, sparse"
+    known = "additive, linear, local, lsh, relative, softmax, sparse"
     with pytest.raises(ValueError, match=f"'no_decoding' has no incremental decoding.*{known}"):
         registry.get_decoding("no_decoding")
     with pytest.raises(TypeError, match="must be a DecodingCache"):

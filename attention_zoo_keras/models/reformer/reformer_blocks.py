@@ -1,0 +1,219 @@
+"""The two branches of a Reformer layer (Kitaev et al., 2020, "Reformer:
+The Efficient Transformer", §3), the `F` and `G` of its reversible residual
+(`layers.ReversibleSequence`):
+
+    Y1 = X1 + F(X2),   F(x) = Dropout(Attention(LayerNorm(x)) W_O)
+    Y2 = X2 + G(Y1),   G(x) = Dropout(FFN(LayerNorm(x)))
+
+`Attention` is LSH attention (shared query/key projection), local
+attention, or any other mechanism of the zoo; the projections have no
+biases. The feed-forward may run a chunk of positions at a time. As in
+Hugging Face `transformers` (`ReformerAttention`, `ChunkReformerFeedForward`),
+whose weights copy across unchanged.
+"""
+
+import keras
+
+from attention_zoo_keras.layers.feed_forward import FeedForward
+from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
+from attention_zoo_keras.registration import register
+
+
+@register
+class ReformerAttention(keras.layers.Layer):
+    """The attention branch `F`: layer norm, self-attention, output
+    projection, dropout.
+
+    Args:
+        num_heads: attention heads.
+        head_dim: size of each head.
+        attention: the mechanism, `"lsh"` (its queries and keys share one
+            projection), `"local"`, or another registered name.
+        attention_options: the mechanism's options (see `MultiHeadAttention`).
+        is_causal: causal self-attention (the Reformer language model).
+        dropout: dropout on the branch's output (`hidden_dropout_prob`).
+        attention_dropout: dropout on the attention probabilities.
+        layer_norm_epsilon: epsilon of the layer norm.
+        kernel_initializer: initializer of the projections.
+
+    Attributes:
+        rotations: `None`, or fixed LSH rotations `(num_heads, head_dim,
+            num_hashes, Σ buckets / 2)` used at every call instead of
+            drawing them — to reproduce another implementation's hashing
+            (parity tests). Not saved.
+
+    Call args:
+        x: `(batch, length, hidden_dim)`.
+        attention_mask: optional boolean `(batch, 1, length)` (key padding).
+        training: dropout on or off.
+        cache, cache_update_index: a decoding cache and the position of the
+            first new token (see `MultiHeadAttention`); then the call
+            returns `(output, cache)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> branch = ReformerAttention(num_heads=2, head_dim=4, attention="lsh",
+    ...                            attention_options={"chunk_length": 4, "num_buckets": 2})
+    >>> tuple(branch(np.random.rand(1, 8, 6).astype("float32")).shape)
+    (1, 8, 6)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        attention="lsh",
+        attention_options=None,
+        is_causal=True,
+        dropout=0.0,
+        attention_dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.attention = attention
+        self.attention_options = dict(attention_options or {})
+        self.is_causal = is_causal
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.rotations = None
+        self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.self_attention = MultiHeadAttention(
+            num_heads=num_heads,
+            head_dim=head_dim,
+            attention=attention,
+            attention_options=self.attention_options,
+            dropout=attention_dropout,
+            use_bias=False,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            shared_query_key=attention == "lsh",
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="output_dropout")
+
+    def build(self, input_shape):
+        self.norm.build(input_shape)
+        self.self_attention.build(input_shape)
+
+    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
+        arguments = None if self.rotations is None else {"rotations": self.rotations}
+        attended = self.self_attention(
+            self.norm(x),
+            attention_mask=attention_mask,
+            is_causal=self.is_causal,
+            training=training,
+            cache=cache,
+            cache_update_index=cache_update_index,
+            mechanism_arguments=arguments,
+        )
+        if cache is not None:
+            attended, cache = attended
+            return self.output_dropout(attended, training=training), cache
+        return self.output_dropout(attended, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "head_dim": self.head_dim,
+                "attention": self.attention,
+                "attention_options": self.attention_options,
+                "is_causal": self.is_causal,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config
+
+
+@register
+class ReformerFeedForward(keras.layers.Layer):
+    """The feed-forward branch `G`: layer norm, the position-wise
+    feed-forward network (optionally a chunk of positions at a time),
+    dropout.
+
+    transformers also drops out between the first dense layer and the
+    activation; that inner dropout is not reproduced (it only acts while
+    training).
+
+    Args:
+        intermediate_dim: width of the hidden layer (`feed_forward_size`).
+        activation: activation name (`hidden_act`).
+        dropout: dropout on the branch's output.
+        layer_norm_epsilon: epsilon of the layer norm.
+        chunk_size: positions per chunk (`chunk_size_feed_forward`; `None`
+            or 0: all at once).
+        kernel_initializer: initializer of both kernels.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(ReformerFeedForward(16, chunk_size=4)(np.zeros((1, 10, 6), "float32")).shape)
+    (1, 10, 6)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        activation="relu",
+        dropout=0.0,
+        layer_norm_epsilon=1e-12,
+        chunk_size=None,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = intermediate_dim
+        self.activation = activation
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.chunk_size = chunk_size or None
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.feed_forward = FeedForward(
+            intermediate_dim,
+            activation=activation,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            chunk_size=self.chunk_size,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="output_dropout")
+
+    def build(self, input_shape):
+        self.norm.build(input_shape)
+        self.feed_forward.build(input_shape)
+
+    def call(self, x, training=None):
+        return self.output_dropout(self.feed_forward(self.norm(x)), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": self.activation,
+                "dropout": self.dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "chunk_size": self.chunk_size,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

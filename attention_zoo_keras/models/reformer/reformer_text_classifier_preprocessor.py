@@ -1,0 +1,57 @@
+"""Encoder data for the Reformer (Kitaev et al., 2020): raw text to
+`token_ids` and `padding_mask`, labels passed through — for
+`ReformerTextClassifier`, and the base of `ReformerMaskedLMPreprocessor`.
+
+    ids = [</s>]? pieces(text)[:budget] [</s>]?,  right-padded to sequence_length
+
+With either Reformer tokenizer: the SentencePiece pieces of
+crime-and-punishment (padded with `</s>`, as it has no padding token) or
+the enwik8 bytes (padded with `<pad>`, ended with `<EOS>`). The padding
+id does not matter to the model: `padding_mask` masks those positions.
+"""
+
+import keras
+
+from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerTokenizer
+from attention_zoo_keras.models.text_preprocessor import PackedTextPreprocessor
+from attention_zoo_keras.registration import register
+
+
+@register
+class ReformerPreprocessor(PackedTextPreprocessor):
+    """Raw strings to Reformer `token_ids` and `padding_mask` `(batch,
+    sequence_length)`, with labels and sample weights passed through.
+
+    Args:
+        tokenizer: a `ReformerTokenizer` or `ReformerByteTokenizer`.
+        sequence_length: every output is right-padded or truncated to this
+            length. To train, it must be a multiple of the model's chunk
+            lengths (their least common multiple), and with axial positions
+            exactly their number `n₁·n₂`.
+        add_start_token: prepend the end token as a start token (off; the
+            Reformer tokenizers have no start token).
+        add_end_token: append the end token (on), as
+            `ReformerCausalLMPreprocessor` does, so a preset's settings carry
+            over between the Reformer tasks.
+
+    Call args:
+        x: a string or a list of strings.
+        y, sample_weight: passed through (`keras.utils.pack_x_y_sample_weight`).
+
+    Example:
+
+    >>> from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
+    >>> preprocessor = ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=6)
+    >>> x, y = preprocessor(["Hi", "Hello!"], [0, 1])
+    >>> x["token_ids"].tolist(), x["padding_mask"].tolist(), y
+    ([[74, 107, 1, 0, 0, 0], [74, 103, 110, 110, 113, 1]], [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]], [0, 1])
+    """
+
+    tokenizer_cls = ReformerTokenizer
+    family = "reformer"
+
+    def __call__(self, x, y=None, sample_weight=None):
+        features = self.pack(x)
+        if y is None and sample_weight is None:
+            return features
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
