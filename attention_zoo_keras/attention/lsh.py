@@ -204,7 +204,12 @@ def lsh_buckets(vectors, rotations, num_buckets, token_mask=None):
     for factor in factors:
         piece = rotated[..., start : start + factor // 2]
         start += factor // 2
-        bucket = ops.cast(ops.argmax(ops.concatenate([piece, -piece], axis=-1), axis=-1), "int32")
+        # argmax([xR; −xR]) without building it: the first half wins ties, as argmax's first occurrence.
+        in_first_half = ops.max(piece, axis=-1) >= -ops.min(piece, axis=-1)
+        bucket = ops.where(
+            in_first_half, ops.argmax(piece, axis=-1), ops.argmin(piece, axis=-1) + factor // 2
+        )
+        bucket = ops.cast(bucket, "int32")
         buckets = bucket if buckets is None else buckets + product * bucket
         product *= factor
     if token_mask is not None:
