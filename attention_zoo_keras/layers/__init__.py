@@ -4,6 +4,7 @@ from attention_zoo_keras.layers.adaptive_embedding import AdaptiveEmbedding
 from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
 from attention_zoo_keras.layers.axial_position_embedding import AxialPositionEmbedding
 from attention_zoo_keras.layers.activations import get_activation
+from attention_zoo_keras.layers.co_attention import CoAttentionBlock
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding

@@ -19,6 +19,19 @@ POOLER_KEYS = frozenset({"pooler/kernel", "pooler/bias"})
 SENTENCE_TRANSFORMERS_NORMALIZE = "sentence_transformers.models.Normalize"
 
 
+def copy_bert_layer(arrays, ours, theirs, checkpoint):
+    """A torch `BertLayer` `theirs` (self-attention, its output dense and
+    LayerNorm, intermediate and output dense and LayerNorm) onto the
+    post-norm `TransformerEncoderBlock` `ours`."""
+    for projection in ("query", "key", "value"):
+        copy_dense(arrays, f"{ours}/self_attention/{projection}", f"{theirs}.attention.self.{projection}", checkpoint)
+    copy_dense(arrays, f"{ours}/self_attention/output", f"{theirs}.attention.output.dense", checkpoint)
+    copy_layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.attention.output.LayerNorm", checkpoint)
+    copy_dense(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.intermediate.dense", checkpoint)
+    copy_dense(arrays, f"{ours}/feed_forward/output", f"{theirs}.output.dense", checkpoint)
+    copy_layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.output.LayerNorm", checkpoint)
+
+
 class BertConverter(TransformersConverter):
     model_type = "bert"
     backbone_cls = BertBackbone
@@ -61,13 +74,7 @@ class BertConverter(TransformersConverter):
         for index in range(hf_config["num_hidden_layers"]):
             theirs = f"{prefix}encoder.layer.{index}"
             ours = f"transformer_layer_{index}"
-            for projection in ("query", "key", "value"):
-                copy_dense(arrays, f"{ours}/self_attention/{projection}", f"{theirs}.attention.self.{projection}", checkpoint)
-            copy_dense(arrays, f"{ours}/self_attention/output", f"{theirs}.attention.output.dense", checkpoint)
-            copy_layer_norm(arrays, f"{ours}/attention_norm", f"{theirs}.attention.output.LayerNorm", checkpoint)
-            copy_dense(arrays, f"{ours}/feed_forward/intermediate", f"{theirs}.intermediate.dense", checkpoint)
-            copy_dense(arrays, f"{ours}/feed_forward/output", f"{theirs}.output.dense", checkpoint)
-            copy_layer_norm(arrays, f"{ours}/output_norm", f"{theirs}.output.LayerNorm", checkpoint)
+            copy_bert_layer(arrays, ours, theirs, checkpoint)
         if f"{prefix}pooler.dense.weight" in checkpoint:
             copy_dense(arrays, "pooler", f"{prefix}pooler.dense", checkpoint)
         if "cls.predictions.transform.dense.weight" in checkpoint:
