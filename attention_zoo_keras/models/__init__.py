@@ -33,6 +33,7 @@ from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLMPreprocessor
 from attention_zoo_keras.models.transformer_xl import TransformerXLTokenizer
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
+from attention_zoo_keras.models.vilbert import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from attention_zoo_keras.models.vit import ViTImageConverter

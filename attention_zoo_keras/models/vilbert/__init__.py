@@ -2,3 +2,4 @@
 with co-attention, and the mapping of the authors' checkpoints."""
 
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
+from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import ViLBERTVisualQuestionAnswerer

@@ -2,9 +2,6 @@
 at f22b84a, `BertModel` inside `VILBertForVLTasks`, eval mode) on a golden
 fixture with random perturbed weights (tolerance: 1e-4 absolute, fp32)."""
 
-import json
-from pathlib import Path
-
 import keras
 import numpy as np
 import pytest
@@ -12,11 +9,10 @@ import pytest
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
+from tests.models.vilbert.conftest import load
+from tests.models.vilbert.conftest import our_inputs
 
 ATOL = 1e-4
-FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "vilbert"
-
-pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"no ViLBERT fixture at {FIXTURE}")
 
 OUTPUTS = {
     "sequence_output": "sequence_output_t",
@@ -26,33 +22,11 @@ OUTPUTS = {
 }
 
 
-def load(name):
-    from safetensors.numpy import load_file
-
-    return load_file(str(FIXTURE / f"{name}.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def authors_config():
-    return json.loads((FIXTURE / "config.json").read_text())
-
-
 @pytest.fixture(scope="module")
 def backbone(authors_config):
     model = ViLBERTBackbone(**vilbert_backbone_config(authors_config))
     model.assign_arrays(vilbert_arrays(load("model"), authors_config), "vilbert fixture")
     return model
-
-
-def our_inputs(theirs):
-    return {
-        "token_ids": theirs["input_ids"].astype("int32"),
-        "segment_ids": theirs["token_type_ids"].astype("int32"),
-        "padding_mask": theirs["attention_mask"].astype("int32"),
-        "region_features": theirs["image_feat"],
-        "region_boxes": theirs["image_loc"],
-        "region_mask": theirs["image_attention_mask"].astype("int32"),
-    }
 
 
 def test_outputs_match_the_authors_code(backbone):

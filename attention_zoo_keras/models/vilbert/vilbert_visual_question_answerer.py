@@ -1,0 +1,229 @@
+"""ViLBERT for visual question answering (Lu et al., 2019, "ViLBERT:
+Pretraining Task-Agnostic Visiolinguistic Representations for
+Vision-and-Language Tasks", §3.2 "VQA"), as the authors fine-tune it
+(facebookresearch/vilbert-multi-task, `VILBertForVLTasks`, the head
+`vil_prediction`).
+
+The two pooled outputs, text `h_T` and image `h_V` (each `co_attention_dim`
+wide), are fused, then a two-layer MLP scores every answer:
+
+    h = Dropout(h_T ⊙ h_V)          fusion "mul" (the authors' default)
+    h = Dropout(h_T + h_V)          fusion "sum"
+    u = LayerNorm(GELU(W_1 h + b_1))    W_1: (2·co_attention_dim) × co_attention_dim, eps 1e-12
+    logits = W_2 u + b_2                one logit per answer (3129 for VQA v2)
+
+VQA is trained as multi-label classification on soft answer scores
+`s_a = min(1, #annotators who gave a / 3)`: binary cross-entropy on each
+answer's logit, summed over the answers and averaged over the batch. The
+authors compute `BCEWithLogitsLoss(reduction="mean")(logits, s) * num_answers`,
+which is that same sum (`ViLBERTVQALoss`).
+"""
+
+import keras
+from keras import ops
+
+from attention_zoo_keras.hub.converters import copy_dense
+from attention_zoo_keras.hub.converters import copy_layer_norm
+from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
+from attention_zoo_keras.registration import register
+
+FUSIONS = ("mul", "sum")
+VQA_NUM_ANSWERS = 3129
+# The authors' SimpleClassifier normalises with BertLayerNorm(eps=1e-12).
+HEAD_LAYER_NORM_EPSILON = 1e-12
+
+
+@keras.saving.register_keras_serializable(package="attention_zoo_keras")
+class ViLBERTVQALoss(keras.losses.Loss):
+    """The VQA loss of ViLBERT's authors: sigmoid binary cross-entropy between
+    answer logits and soft answer scores, summed over answers, averaged over
+    the batch.
+
+    Equals `keras.losses.BinaryCrossentropy(from_logits=True)` (which averages
+    over the answers) times the number of answers, as the authors scale
+    `BCEWithLogitsLoss(reduction="mean")` by `target.size(1)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> logits = np.array([[2.0, -1.0, 0.5]], "float32")
+    >>> scores = np.array([[1.0, 0.0, 0.3]], "float32")
+    >>> ours = float(ViLBERTVQALoss()(scores, logits))
+    >>> mean = float(keras.losses.BinaryCrossentropy(from_logits=True)(scores, logits))
+    >>> bool(abs(ours - 3 * mean) < 1e-5)
+    True
+    """
+
+    def __init__(self, name="vilbert_vqa_loss", reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.convert_to_tensor(y_pred)
+        y_true = ops.cast(y_true, y_pred.dtype)
+        return ops.sum(ops.binary_crossentropy(y_true, y_pred, from_logits=True), axis=-1)
+
+    def get_config(self):
+        return {"name": self.name, "reduction": self.reduction}
+
+
+@keras.saving.register_keras_serializable(package="attention_zoo_keras")
+def vqa_score(y_true, y_pred):
+    """The VQA accuracy of the top answer: its soft score (the authors'
+    `compute_score_with_logits`, per example)."""
+    best = ops.expand_dims(ops.argmax(y_pred, axis=-1), -1)
+    return ops.squeeze(ops.take_along_axis(ops.cast(y_true, "float32"), best, axis=-1), -1)
+
+
+@register
+class ViLBERTVisualQuestionAnswerer(Task):
+    """Answers a question about an image by scoring `num_answers` answers.
+
+    The pooled text and image outputs of a `ViLBERTBackbone` are fused
+    (elementwise product, `"mul"`, or sum, `"sum"`), dropped out, and scored
+    by `Dense(2·d) → GELU → LayerNorm(eps 1e-12) → Dense(num_answers)`
+    (`d = co_attention_dim`), the authors' `SimpleClassifier` (Lu et al.,
+    2019; facebookresearch/vilbert-multi-task `VILBertForVLTasks`).
+
+    Args:
+        backbone: a `ViLBERTBackbone`.
+        num_answers: the answer vocabulary size (3129 for VQA v2).
+        fusion: `"mul"` (the authors' `fusion_method` default) or `"sum"`.
+        dropout: dropout on the fused vector (the authors' `dropout_prob`, 0.1).
+        hidden_dim: the head's hidden width; defaults to `2 * co_attention_dim`.
+        preprocessor: an optional preprocessor.
+
+    Inputs: the backbone's feature dict (`token_ids`, `segment_ids`,
+    `padding_mask`, `region_features`, `region_boxes`, `region_mask`).
+    Output: answer logits `(batch, num_answers)`.
+
+    `compile()` defaults to AdamW (4e-5, the authors' VQA learning rate),
+    `ViLBERTVQALoss` (sigmoid binary cross-entropy on soft answer scores,
+    summed over answers: `BinaryCrossentropy(from_logits=True)` × num_answers)
+    and the VQA score of the top answer (`vqa_score`). Targets are soft
+    scores `(batch, num_answers)` in [0, 1].
+
+    Example:
+
+    >>> import numpy as np
+    >>> backbone = ViLBERTBackbone(
+    ...     vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=8, intermediate_dim=16,
+    ...     region_feature_dim=6, visual_num_layers=2, visual_num_heads=2, visual_hidden_dim=4,
+    ...     visual_intermediate_dim=8, co_attention_dim=4, co_attention_num_heads=2,
+    ...     co_attention_text_layers=[1, 2], co_attention_visual_layers=[0, 1],
+    ...     max_sequence_length=8)
+    >>> vqa = ViLBERTVisualQuestionAnswerer(backbone, num_answers=10)
+    >>> ids = np.array([[2, 15, 27, 3, 0]])
+    >>> logits = vqa.predict({"token_ids": ids, "segment_ids": np.zeros_like(ids),
+    ...                       "padding_mask": (ids > 0).astype("int32"),
+    ...                       "region_features": np.ones((1, 3, 6), "float32"),
+    ...                       "region_boxes": np.tile(np.array([0, 0, 1, 1, 1], "float32"), (1, 3, 1)),
+    ...                       "region_mask": np.ones((1, 3), "int32")}, verbose=0)
+    >>> logits.shape
+    (1, 10)
+    """
+
+    backbone_cls = ViLBERTBackbone
+    preprocessor_cls = None
+
+    def __init__(
+        self,
+        backbone,
+        num_answers=VQA_NUM_ANSWERS,
+        fusion="mul",
+        dropout=0.1,
+        hidden_dim=None,
+        preprocessor=None,
+        **kwargs,
+    ):
+        if fusion not in FUSIONS:
+            raise ValueError(f"Unknown fusion {fusion!r}; ViLBERT fuses its pooled outputs by one of {FUSIONS}.")
+        if not isinstance(num_answers, int) or num_answers < 1:
+            raise ValueError(f"num_answers must be a positive int; got {num_answers!r}.")
+        if hidden_dim is None:
+            hidden_dim = 2 * backbone.co_attention_dim
+        initializer = keras.initializers.TruncatedNormal(stddev=backbone.initializer_range)
+        dtype = backbone.dtype_policy
+
+        inputs = backbone.input
+        outputs = backbone(inputs)
+        text, visual = outputs["pooled_output"], outputs["visual_pooled_output"]
+        if fusion == "mul":
+            fused = keras.layers.Multiply(dtype=dtype, name="vqa_fusion")([text, visual])
+        else:
+            fused = keras.layers.Add(dtype=dtype, name="vqa_fusion")([text, visual])
+        fused = keras.layers.Dropout(dropout, dtype=dtype, name="vqa_dropout")(fused)
+        hidden = keras.layers.Dense(
+            hidden_dim, activation="gelu", kernel_initializer=clone_initializer(initializer),
+            dtype=dtype, name="vqa_hidden",
+        )(fused)
+        hidden = keras.layers.LayerNormalization(
+            epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="vqa_hidden_norm"
+        )(hidden)
+        logits = keras.layers.Dense(
+            num_answers, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="vqa_logits",
+        )(hidden)
+        super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.num_answers = num_answers
+        self.fusion = fusion
+        self.dropout = dropout
+        self.hidden_dim = hidden_dim
+
+    def default_compile_arguments(self):
+        return {
+            "optimizer": keras.optimizers.AdamW(4e-5, weight_decay=0.01),
+            "loss": ViLBERTVQALoss(),
+            "metrics": [keras.metrics.MeanMetricWrapper(vqa_score, name="vqa_score")],
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_answers": self.num_answers,
+                "fusion": self.fusion,
+                "dropout": self.dropout,
+                "hidden_dim": self.hidden_dim,
+            }
+        )
+        return config
+
+
+def vilbert_vqa_head_arrays(state_dict, head="vil_prediction"):
+    """`ViLBERTVisualQuestionAnswerer` head keys → arrays from the authors'
+    `state_dict` (`VILBertForVLTasks`).
+
+    Their `SimpleClassifier` is `logit_fc = Sequential(Linear, GeLU,
+    BertLayerNorm, Linear)`, so its parameters are `logit_fc.0` (first
+    linear), `logit_fc.2` (layer norm) and `logit_fc.3` (answer logits).
+
+    Args:
+        state_dict: `{name: numpy array}` with the authors' names.
+        head: `"vil_prediction"` (VQA, 3129 answers) or
+            `"vil_prediction_gqa"` (GQA, 1533 answers), same structure.
+
+    Returns:
+        A dict of head keys; merge it with `vilbert_arrays(...)` for
+        `ViLBERTVisualQuestionAnswerer.assign_arrays`.
+
+    Raises:
+        ValueError: if the state_dict lacks that head.
+
+    Example:
+
+    >>> import numpy as np
+    >>> sd = {"vil_prediction.logit_fc.0.weight": np.zeros((8, 4)), "vil_prediction.logit_fc.0.bias": np.zeros(8),
+    ...       "vil_prediction.logit_fc.2.weight": np.ones(8), "vil_prediction.logit_fc.2.bias": np.zeros(8),
+    ...       "vil_prediction.logit_fc.3.weight": np.zeros((5, 8)), "vil_prediction.logit_fc.3.bias": np.zeros(5)}
+    >>> {k: v.shape for k, v in sorted(vilbert_vqa_head_arrays(sd).items())}["vqa_hidden/kernel"]
+    (4, 8)
+    """
+    theirs = f"{head}.logit_fc"
+    if f"{theirs}.0.weight" not in state_dict:
+        raise ValueError(f"This state_dict has no '{theirs}.0.weight'; it holds no ViLBERT '{head}' head.")
+    arrays = {}
+    copy_dense(arrays, "vqa_hidden", f"{theirs}.0", state_dict)
+    copy_layer_norm(arrays, "vqa_hidden_norm", f"{theirs}.2", state_dict)
+    copy_dense(arrays, "vqa_logits", f"{theirs}.3", state_dict)
+    return arrays
