@@ -51,6 +51,20 @@ class CausalLM(GenerativeTask):
         """Tensors every decoding step takes, computed once per generation."""
         return ()
 
+    def _new_token_embeddings(self, token_ids, cache_update_index, padding_mask=None):
+        """`(x, attention_mask)` for a decoder pass over new tokens: the
+        backbone's token plus position embeddings at `cache_update_index …`
+        (a backbone with `token_embedding` and a `position_embedding` taking
+        `start_index`), and the key-padding mask `(batch, 1, positions)` of
+        `padding_mask`, or `None`."""
+        backbone = self.backbone
+        x = backbone.token_embedding(token_ids)
+        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
+        attention_mask = None
+        if padding_mask is not None:
+            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+        return x, attention_mask
+
     def _decoding_step(self):
         """The function the decoding loop calls at every position,
         `step(token_column, cache, index, *constants) -> (logits, cache)`:

@@ -5,7 +5,6 @@ states and the (tied) token embedding matrix,
 """
 
 import keras
-from keras import ops
 
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.models.causal_lm import CausalLM
@@ -62,11 +61,7 @@ class GPTCausalLM(CausalLM):
         """The decoder blocks over new tokens; `(hidden before the final
         norm, updated cache)`."""
         backbone = self.backbone
-        x = backbone.token_embedding(token_ids)
-        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
-        attention_mask = None
-        if padding_mask is not None:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+        x, attention_mask = self._new_token_embeddings(token_ids, cache_update_index, padding_mask)
         caches = []
         for block, layer_cache in zip(backbone.transformer_layers, cache):
             x, layer_cache = block(

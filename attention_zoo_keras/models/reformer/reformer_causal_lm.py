@@ -151,11 +151,7 @@ class ReformerCausalLM(CausalLM):
         """The reversible layers over new tokens, without recomputation;
         `(normed [Y1; Y2], updated cache)`."""
         backbone = self.backbone
-        x = backbone.token_embedding(token_ids)
-        x = x + backbone.position_embedding(token_ids, start_index=cache_update_index)
-        attention_mask = None
-        if padding_mask is not None:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+        x, attention_mask = self._new_token_embeddings(token_ids, cache_update_index, padding_mask)
         y1 = y2 = x
         caches = []
         for attention, feed_forward, layer_cache in zip(
