@@ -428,6 +428,43 @@ def _torch_custom_gradient_from_outputs(forward, backward):
     return torch_apply
 
 
+@contextlib.contextmanager
+def variables_restored_on_error(model):
+    """Runs a Keras `fit` / `evaluate` / `predict` of `model` so that an
+    exception in the middle (a bad batch from a preprocessor) leaves the
+    model usable.
+
+    On JAX, Keras detaches every variable's value while those loops run (the
+    compiled steps take the state as arguments and donate it) and reattaches
+    the latest state at the end; an exception in between would leave the
+    variables empty. Here the latest state Keras kept (`_jax_state`) is put
+    back, and variables the loop had not reached yet get the value they had
+    before the call (references, not copies: buffers the loop donated are
+    not held). Other backends keep their variables attached.
+    """
+    if backend_name() != "jax":
+        yield
+        return
+    optimizer = getattr(model, "optimizer", None)
+    variables = [
+        *model.trainable_variables,
+        *model.non_trainable_variables,
+        *(optimizer.variables if optimizer is not None else ()),
+        *model.metrics_variables,
+    ]
+    before = [(variable, variable._value) for variable in variables]
+    try:
+        yield
+    except BaseException:
+        if getattr(model, "_jax_state", None):
+            model.jax_state_sync()
+        for variable, value in before:
+            if variable._value is None:
+                variable._value = value
+        model._jax_state = None
+        raise
+
+
 def relaxes_traced_shapes():
     """Whether Keras' compiled `fit` / `evaluate` / `predict` functions on
     this backend generalise to unknown dimensions once they see a second

@@ -1,4 +1,7 @@
-"""Atomic replacement of a directory, so a failed save never loses a preset."""
+"""Atomic replacement of a directory or a file, so a failed save never
+loses a preset. What is written gets the permissions of a plain file or
+directory under the current umask (temporary files, and safetensors' own
+writer, create them private)."""
 
 import contextlib
 import os
@@ -12,6 +15,37 @@ def _current_umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _with_default_permissions(path):
+    """Gives `path` (and, for a directory, everything in it) the permissions a
+    plain `open()` / `mkdir()` would have."""
+    umask = _current_umask()
+    path = Path(path)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+    if path.is_dir():
+        for child in path.rglob("*"):
+            os.chmod(child, (0o777 if child.is_dir() else 0o666) & ~umask)
+
+
+def write_atomically(path, write):
+    """Calls `write(temporary_path)` and moves the file written there to
+    `path`, so `path` never holds half a file.
+
+    Example:
+
+    >>> write_atomically("./notes.txt", lambda p: open(p, "w").write("hi"))   # doctest: +SKIP
+    """
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(handle)
+    try:
+        write(temporary)
+        _with_default_permissions(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 @contextlib.contextmanager
@@ -38,9 +72,9 @@ def atomic_directory(target):
             f"Cannot save a preset to '{target}': a part of its parent path is a file."
         ) from error
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    os.chmod(staging, 0o777 & ~_current_umask())
     try:
         yield staging
+        _with_default_permissions(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

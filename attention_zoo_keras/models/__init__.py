@@ -33,6 +33,12 @@ from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLMPreprocessor
 from attention_zoo_keras.models.transformer_xl import TransformerXLTokenizer
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
+from attention_zoo_keras.models.vilbert import ViLBERTImageTextRetriever
+from attention_zoo_keras.models.vilbert import ViLBERTPreprocessor
+from attention_zoo_keras.models.vilbert import ViLBERTPretrainer
+from attention_zoo_keras.models.vilbert import ViLBERTPretrainerPreprocessor
+from attention_zoo_keras.models.vilbert import ViLBERTRegionScorer
+from attention_zoo_keras.models.vilbert import ViLBERTRetrievalPreprocessor
 from attention_zoo_keras.models.vilbert import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier

@@ -61,7 +61,9 @@ def _sequence_length(x):
 
 class ValidatesInputs:
     """Mixin for `keras.Model`s: `validate_inputs` runs on concrete feature
-    dicts given to `__call__`, `fit`, `evaluate` and `predict`.
+    dicts given to `__call__`, `fit`, `evaluate` and `predict`; an error
+    raised while those loops run (a bad batch) leaves the model's weights in
+    place (`backend_support.variables_restored_on_error`).
 
     A backbone whose graph needs a static sequence length (the Reformer's
     chunked attention) sets `static_sequence_length = True`: on a backend
@@ -96,12 +98,15 @@ class ValidatesInputs:
 
     def fit(self, x=None, *args, **kwargs):
         self._prepare_functions(x)
-        return super().fit(x, *args, **kwargs)
+        with backend_support.variables_restored_on_error(self):
+            return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
         self._prepare_functions(x)
-        return super().evaluate(x, *args, **kwargs)
+        with backend_support.variables_restored_on_error(self):
+            return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         self._prepare_functions(x)
-        return super().predict(x, *args, **kwargs)
+        with backend_support.variables_restored_on_error(self):
+            return super().predict(x, *args, **kwargs)

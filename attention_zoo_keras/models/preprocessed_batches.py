@@ -1,6 +1,7 @@
 """Raw inputs (strings, images) fed to `fit` / `predict` batch by batch
 through a task's preprocessor."""
 
+import contextlib
 import math
 
 import keras
@@ -51,6 +52,7 @@ class PreprocessedBatches(keras.utils.PyDataset):
             seed = np.random.randint(2**31 - 1)
         self._rng = np.random.default_rng(seed)
         self._order = np.arange(self.num_examples)
+        self.failure = None  # the last exception raised while making a batch
         if shuffle:
             self._rng.shuffle(self._order)
 
@@ -59,15 +61,37 @@ class PreprocessedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index):
         indices = self._order[index * self.batch_size : (index + 1) * self.batch_size]
-        batch = self.preprocessor(
-            take(self.x, indices),
-            None if self.y is None else take(np.asarray(self.y), indices),
-            None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
-        )
-        if self.validate is not None:
-            self.validate(batch[0] if isinstance(batch, tuple) else batch)
+        try:
+            batch = self.preprocessor(
+                self.preprocessor.examples(self.x, indices),
+                None if self.y is None else take(np.asarray(self.y), indices),
+                None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
+            )
+            if self.validate is not None:
+                self.validate(batch[0] if isinstance(batch, tuple) else batch)
+        except Exception as error:
+            self.failure = error
+            raise
         return batch
 
     def on_epoch_end(self):
         if self.shuffle:
             self._rng.shuffle(self._order)
+
+
+@contextlib.contextmanager
+def original_batch_errors(*datasets):
+    """Lets an error raised while making a batch of `datasets` (the
+    `PreprocessedBatches` among them) reach the caller as itself: TensorFlow's
+    data pipeline re-raises it as its own error type, with the original only
+    in the message."""
+    batches = [data for data in datasets if isinstance(data, PreprocessedBatches)]
+    for data in batches:
+        data.failure = None
+    try:
+        yield
+    except Exception as error:
+        for data in batches:
+            if data.failure is not None and data.failure is not error:
+                raise data.failure from error
+        raise

@@ -10,6 +10,7 @@ from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import is_native
 from attention_zoo_keras.hub.preset_format import write_preprocessor_files
 from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.models.preprocessed_batches import take
 from attention_zoo_keras.registration import registered_class
 
 
@@ -35,6 +36,12 @@ class Preprocessor:
     def num_examples(self, x):
         """How many examples raw input `x` holds."""
         raise NotImplementedError
+
+    def examples(self, x, indices):
+        """The raw examples at `indices` of raw input `x` (one batch of `fit`
+        or `predict`); a subclass whose raw input holds values shared by all
+        examples overrides this."""
+        return take(x, indices)
 
     def get_config(self):
         """Constructor arguments except the tokenizer (saved on its own)."""

@@ -19,6 +19,7 @@ from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
+from attention_zoo_keras.models.preprocessed_batches import original_batch_errors
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import registered_class
 from attention_zoo_keras.registration import serialize
@@ -107,21 +108,24 @@ class Task(ValidatesInputs, keras.Model):
             validation_x, validation_y = validation_data[0], validation_data[1] if len(validation_data) > 1 else None
             if self.preprocessor is not None and self.preprocessor.is_raw(validation_x):
                 validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, None, batch_size, False)
-        return super().fit(
-            x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            shuffle=shuffle, validation_data=validation_data, **kwargs
-        )
+        with original_batch_errors(x, validation_data):
+            return super().fit(
+                x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+                shuffle=shuffle, validation_data=validation_data, **kwargs
+            )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """`keras.Model.evaluate`, taking raw inputs when a preprocessor is attached."""
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, False)
-        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        with original_batch_errors(x):
+            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """`keras.Model.predict`, taking raw inputs when a preprocessor is attached."""
         x, _, _, batch_size = self._as_dataset(x, None, None, batch_size, False)
-        return super().predict(x, batch_size=batch_size, **kwargs)
+        with original_batch_errors(x):
+            return super().predict(x, batch_size=batch_size, **kwargs)
 
     # --- config and presets ----------------------------------------------
 

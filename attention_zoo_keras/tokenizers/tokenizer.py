@@ -9,12 +9,11 @@ files into a preset directory (`save`) and reads itself back from a preset
 them to itself.
 """
 
-import os
-import tempfile
 from pathlib import Path
 
 import tokenizers
 
+from attention_zoo_keras.hub.atomic import write_atomically
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
 from attention_zoo_keras.hub.source import PresetFileError
 
@@ -38,20 +37,6 @@ def required_file(source, filename):
             "can be built from it; pass `preprocessor=` yourself."
         )
     return path
-
-
-def write_atomically(path, write):
-    """Calls `write(temporary_path)` and moves the file written there to
-    `path`, so `path` never holds half a file."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 class Tokenizer:

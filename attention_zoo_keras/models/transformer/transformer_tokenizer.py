@@ -33,7 +33,7 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import unigram_tokenizer
 from attention_zoo_keras.tokenizers.tokenizer import Tokenizer
 from attention_zoo_keras.tokenizers.tokenizer import read_tokenizer_json
 from attention_zoo_keras.tokenizers.tokenizer import required_file
-from attention_zoo_keras.tokenizers.tokenizer import write_atomically
+from attention_zoo_keras.hub.atomic import write_atomically
 
 END_TOKEN = "</s>"
 UNKNOWN_TOKEN = "<unk>"

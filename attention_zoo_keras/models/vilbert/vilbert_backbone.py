@@ -5,6 +5,7 @@ Two BERT-style streams, text and image regions, joined by co-attentional
 layers (`CoAttentionBlock`):
 
     T_0 = LayerNorm(TokenEmb(x) + PositionEmb(t) + SegmentEmb(s))
+          (with task tokens, TaskEmb(task) is inserted after [CLS], always attended)
     V_0 = LayerNorm(F W_f + b_f + B W_b + b_b)       F: region features, B: boxes
     for i = 1..K:
         T ← text layers   (co_attention_text_layers[i-1] − 1 .. end)
@@ -37,7 +38,7 @@ from attention_zoo_keras.registration import register
 BOX_DIM = 5
 
 
-def _shape(value):
+def concrete_shape(value):
     """The concrete shape of an array, tensor or nested list."""
     shape = getattr(value, "shape", None)
     return tuple(shape) if shape is not None else tuple(np.shape(value))
@@ -98,6 +99,11 @@ class ViLBERTBackbone(Backbone):
         visual_activation: feed-forward activation of the visual stream.
         layer_norm_epsilon: epsilon of every layer norm.
         initializer_range: standard deviation of the truncated-normal init.
+        num_task_tokens: with a positive count, the model takes `task_ids`
+            and inserts that task's learned embedding after `[CLS]` (no
+            position or segment embedding added to it), as the authors'
+            multi-task model (Lu et al., 2020, "12-in-1") does with 20
+            task tokens; the text outputs are then one position longer.
         dtype: dtype policy of every layer, e.g. `"bfloat16"`.
 
     Names of the authors' `BertConfig` (facebookresearch/vilbert-multi-task):
@@ -112,7 +118,8 @@ class ViLBERTBackbone(Backbone):
     Inputs: a dict of `token_ids`, `segment_ids`, `padding_mask`, each
     `(batch, length)` int; `region_features` `(batch, regions,
     region_feature_dim)` float; `region_boxes` `(batch, regions, 5)` float;
-    `region_mask` `(batch, regions)` int, 1 on real regions. Outputs: a dict
+    `region_mask` `(batch, regions)` int, 1 on real regions; with task
+    tokens also `task_ids` `(batch, 1)` int. Outputs: a dict
     of `sequence_output` `(batch, length, hidden_dim)`,
     `visual_sequence_output` `(batch, regions, visual_hidden_dim)`,
     `pooled_output` and `visual_pooled_output`, each `(batch, co_attention_dim)`.
@@ -164,6 +171,7 @@ class ViLBERTBackbone(Backbone):
         visual_activation="gelu",
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
+        num_task_tokens=0,
         dtype=None,
         **kwargs,
     ):
@@ -254,8 +262,21 @@ class ViLBERTBackbone(Backbone):
         region_features = keras.Input(shape=(None, region_feature_dim), name="region_features")
         region_boxes = keras.Input(shape=(None, BOX_DIM), name="region_boxes")
         region_mask = keras.Input(shape=(None,), dtype="int32", name="region_mask")
+        inputs = {
+            "token_ids": token_ids,
+            "segment_ids": segment_ids,
+            "padding_mask": padding_mask,
+            "region_features": region_features,
+            "region_boxes": region_boxes,
+            "region_mask": region_mask,
+        }
 
         text = token_embedding(token_ids) + position_embedding(token_ids) + segment_embedding(segment_ids)
+        if num_task_tokens:
+            task_embedding = embedding(num_task_tokens, "task_embedding")
+            inputs["task_ids"] = keras.Input(shape=(1,), dtype="int32", name="task_ids")
+            text = ops.concatenate([text[:, :1], task_embedding(inputs["task_ids"]), text[:, 1:]], axis=1)
+            padding_mask = ops.concatenate([ops.ones_like(padding_mask[:, :1]), padding_mask], axis=1)
         text = embeddings_dropout(embeddings_norm(text))
         visual = region_embedding(region_features) + box_embedding(region_boxes)
         visual = visual_embeddings_dropout(visual_embeddings_norm(visual))
@@ -281,14 +302,7 @@ class ViLBERTBackbone(Backbone):
         visual_pooled = visual_pooler(visual[:, 0, :])
 
         super().__init__(
-            inputs={
-                "token_ids": token_ids,
-                "segment_ids": segment_ids,
-                "padding_mask": padding_mask,
-                "region_features": region_features,
-                "region_boxes": region_boxes,
-                "region_mask": region_mask,
-            },
+            inputs=inputs,
             outputs={
                 "sequence_output": text,
                 "visual_sequence_output": visual,
@@ -323,6 +337,7 @@ class ViLBERTBackbone(Backbone):
         self.visual_activation = visual_activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+        self.num_task_tokens = num_task_tokens
 
     def validate_inputs(self, inputs):
         token_ids = inputs["token_ids"]
@@ -330,7 +345,9 @@ class ViLBERTBackbone(Backbone):
         check_id_range("token_ids", token_ids, self.vocabulary_size)
         if "segment_ids" in inputs:
             check_id_range("segment_ids", inputs["segment_ids"], self.num_segments)
-        shapes = {name: _shape(value) for name, value in inputs.items()}
+        if self.num_task_tokens and "task_ids" in inputs:
+            check_id_range("task_ids", inputs["task_ids"], self.num_task_tokens)
+        shapes = {name: concrete_shape(value) for name, value in inputs.items()}
         features = shapes.get("region_features")
         if features is not None and (len(features) != 3 or features[-1] != self.region_feature_dim):
             raise ValueError(
@@ -388,6 +405,7 @@ class ViLBERTBackbone(Backbone):
                 "visual_activation": self.visual_activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "initializer_range": self.initializer_range,
+                "num_task_tokens": self.num_task_tokens,
             }
         )
         return config

@@ -21,12 +21,13 @@ from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.models.bert.bert_convert import copy_bert_layer
 
+# The authors' multi-task model (`task_specific_tokens`) has nn.Embedding(20, hidden).
+AUTHORS_NUM_TASK_TOKENS = 20
 # Options of the authors' BertConfig whose non-default values change the
 # backbone's computation in ways this port does not reproduce.
 UNSUPPORTED = {
     "with_coattention": True,
     "dynamic_attention": False,
-    "task_specific_tokens": False,
     "fast_mode": False,
     "in_batch_pairs": False,
     "model": "bert",
@@ -45,8 +46,8 @@ def vilbert_backbone_config(authors_config):
 
     Raises:
         ValueError: for options this port does not implement (no
-            co-attention, dynamic attention, task tokens, in-batch pairs,
-            fast mode, RoBERTa embeddings).
+            co-attention, dynamic attention, in-batch pairs, fast mode,
+            RoBERTa embeddings).
 
     Example:
 
@@ -90,6 +91,7 @@ def vilbert_backbone_config(authors_config):
         "visual_activation": authors_config.get("v_hidden_act", "gelu"),
         "layer_norm_epsilon": 1e-12,
         "initializer_range": authors_config.get("initializer_range", 0.02),
+        "num_task_tokens": AUTHORS_NUM_TASK_TOKENS if authors_config.get("task_specific_tokens") else 0,
     }
 
 
@@ -134,6 +136,8 @@ def vilbert_arrays(state_dict, config):
     arrays["position_embedding/embeddings"] = state_dict[f"{prefix}embeddings.position_embeddings.weight"]
     arrays["segment_embedding/embeddings"] = state_dict[f"{prefix}embeddings.token_type_embeddings.weight"]
     copy_layer_norm(arrays, "embeddings_norm", f"{prefix}embeddings.LayerNorm", state_dict)
+    if config.get("task_specific_tokens"):
+        arrays["task_embedding/embeddings"] = state_dict[f"{prefix}embeddings.task_embeddings.weight"]
     copy_dense(arrays, "region_embedding", f"{prefix}v_embeddings.image_embeddings", state_dict)
     copy_dense(arrays, "box_embedding", f"{prefix}v_embeddings.image_location_embeddings", state_dict)
     copy_layer_norm(arrays, "visual_embeddings_norm", f"{prefix}v_embeddings.LayerNorm", state_dict)

@@ -16,7 +16,7 @@ VQA is trained as multi-label classification on soft answer scores
 `s_a = min(1, #annotators who gave a / 3)`: binary cross-entropy on each
 answer's logit, summed over the answers and averaged over the batch. The
 authors compute `BCEWithLogitsLoss(reduction="mean")(logits, s) * num_answers`,
-which is that same sum (`ViLBERTVQALoss`).
+which is that same sum (`SummedBinaryCrossentropy`).
 """
 
 import keras
@@ -27,45 +27,14 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
+from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
+from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
+from attention_zoo_keras.models.vilbert.vilbert_preprocessor import ViLBERTPreprocessor
 from attention_zoo_keras.registration import register
 
-FUSIONS = ("mul", "sum")
 VQA_NUM_ANSWERS = 3129
 # The authors' SimpleClassifier normalises with BertLayerNorm(eps=1e-12).
 HEAD_LAYER_NORM_EPSILON = 1e-12
-
-
-@keras.saving.register_keras_serializable(package="attention_zoo_keras")
-class ViLBERTVQALoss(keras.losses.Loss):
-    """The VQA loss of ViLBERT's authors: sigmoid binary cross-entropy between
-    answer logits and soft answer scores, summed over answers, averaged over
-    the batch.
-
-    Equals `keras.losses.BinaryCrossentropy(from_logits=True)` (which averages
-    over the answers) times the number of answers, as the authors scale
-    `BCEWithLogitsLoss(reduction="mean")` by `target.size(1)`.
-
-    Example:
-
-    >>> import numpy as np
-    >>> logits = np.array([[2.0, -1.0, 0.5]], "float32")
-    >>> scores = np.array([[1.0, 0.0, 0.3]], "float32")
-    >>> ours = float(ViLBERTVQALoss()(scores, logits))
-    >>> mean = float(keras.losses.BinaryCrossentropy(from_logits=True)(scores, logits))
-    >>> bool(abs(ours - 3 * mean) < 1e-5)
-    True
-    """
-
-    def __init__(self, name="vilbert_vqa_loss", reduction="sum_over_batch_size", dtype=None):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
-
-    def call(self, y_true, y_pred):
-        y_pred = ops.convert_to_tensor(y_pred)
-        y_true = ops.cast(y_true, y_pred.dtype)
-        return ops.sum(ops.binary_crossentropy(y_true, y_pred, from_logits=True), axis=-1)
-
-    def get_config(self):
-        return {"name": self.name, "reduction": self.reduction}
 
 
 @keras.saving.register_keras_serializable(package="attention_zoo_keras")
@@ -92,14 +61,15 @@ class ViLBERTVisualQuestionAnswerer(Task):
         fusion: `"mul"` (the authors' `fusion_method` default) or `"sum"`.
         dropout: dropout on the fused vector (the authors' `dropout_prob`, 0.1).
         hidden_dim: the head's hidden width; defaults to `2 * co_attention_dim`.
-        preprocessor: an optional preprocessor.
+        preprocessor: a `ViLBERTPreprocessor` (raw questions and detector
+            regions in).
 
     Inputs: the backbone's feature dict (`token_ids`, `segment_ids`,
     `padding_mask`, `region_features`, `region_boxes`, `region_mask`).
     Output: answer logits `(batch, num_answers)`.
 
     `compile()` defaults to AdamW (4e-5, the authors' VQA learning rate),
-    `ViLBERTVQALoss` (sigmoid binary cross-entropy on soft answer scores,
+    `SummedBinaryCrossentropy` (sigmoid binary cross-entropy on soft answer scores,
     summed over answers: `BinaryCrossentropy(from_logits=True)` × num_answers)
     and the VQA score of the top answer (`vqa_score`). Targets are soft
     scores `(batch, num_answers)` in [0, 1].
@@ -125,7 +95,7 @@ class ViLBERTVisualQuestionAnswerer(Task):
     """
 
     backbone_cls = ViLBERTBackbone
-    preprocessor_cls = None
+    preprocessor_cls = ViLBERTPreprocessor
 
     def __init__(
         self,
@@ -137,8 +107,6 @@ class ViLBERTVisualQuestionAnswerer(Task):
         preprocessor=None,
         **kwargs,
     ):
-        if fusion not in FUSIONS:
-            raise ValueError(f"Unknown fusion {fusion!r}; ViLBERT fuses its pooled outputs by one of {FUSIONS}.")
         if not isinstance(num_answers, int) or num_answers < 1:
             raise ValueError(f"num_answers must be a positive int; got {num_answers!r}.")
         if hidden_dim is None:
@@ -147,13 +115,7 @@ class ViLBERTVisualQuestionAnswerer(Task):
         dtype = backbone.dtype_policy
 
         inputs = backbone.input
-        outputs = backbone(inputs)
-        text, visual = outputs["pooled_output"], outputs["visual_pooled_output"]
-        if fusion == "mul":
-            fused = keras.layers.Multiply(dtype=dtype, name="vqa_fusion")([text, visual])
-        else:
-            fused = keras.layers.Add(dtype=dtype, name="vqa_fusion")([text, visual])
-        fused = keras.layers.Dropout(dropout, dtype=dtype, name="vqa_dropout")(fused)
+        fused = fuse_pooled_outputs(backbone(inputs), fusion, dropout, dtype, name="vqa")
         hidden = keras.layers.Dense(
             hidden_dim, activation="gelu", kernel_initializer=clone_initializer(initializer),
             dtype=dtype, name="vqa_hidden",
@@ -173,7 +135,7 @@ class ViLBERTVisualQuestionAnswerer(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": keras.optimizers.AdamW(4e-5, weight_decay=0.01),
-            "loss": ViLBERTVQALoss(),
+            "loss": SummedBinaryCrossentropy(),
             "metrics": [keras.metrics.MeanMetricWrapper(vqa_score, name="vqa_score")],
         }
 

@@ -541,3 +541,30 @@ def test_saving_over_a_regular_file_is_refused(tmp_path, model):
 
     assert target.read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not_a_directory"]
+
+
+def test_a_bad_batch_in_predict_leaves_the_model_usable():
+    # On JAX, Keras detaches the weights while its loops run; an error from
+    # a later batch (here: ids the model does not know) must not lose them.
+    preprocessor = BertPreprocessor(_tokenizer(), sequence_length=8)
+    classifier = BertTextClassifier(_backbone(vocabulary_size=10), num_classes=2, preprocessor=preprocessor)
+    good = ["the cat sat", "on the mat"]  # ids below 10
+    before = classifier.predict(good, verbose=0)
+    with pytest.raises(ValueError, match="outside the valid range"):
+        classifier.predict(good + ["a great film"], batch_size=1, verbose=0)
+    np.testing.assert_allclose(classifier.predict(good, verbose=0), before, atol=1e-6)
+
+
+def test_a_bad_batch_in_fit_keeps_the_weights_trained_so_far():
+    keras.utils.set_random_seed(0)
+    preprocessor = BertPreprocessor(_tokenizer(), sequence_length=8)
+    classifier = BertTextClassifier(_backbone(vocabulary_size=10), num_classes=2, preprocessor=preprocessor)
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-2))
+    initial = [keras.ops.convert_to_numpy(w).copy() for w in classifier.trainable_weights]
+    with pytest.raises(ValueError, match="outside the valid range"):
+        classifier.fit(["the cat sat", "on the mat", "a great film"], [0, 1, 0], batch_size=1, shuffle=False, verbose=0)
+    after = [keras.ops.convert_to_numpy(w) for w in classifier.trainable_weights]
+    assert all(np.isfinite(w).all() for w in after)
+    assert any(not np.allclose(a, b) for a, b in zip(initial, after))  # the two good steps were kept
+    classifier.fit(["the cat sat", "on the mat"], [0, 1], batch_size=1, verbose=0)
+    assert np.isfinite(classifier.predict(["the cat sat"], verbose=0)).all()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -54,6 +55,20 @@ def test_saved_files_are_what_the_format_promises(tmp_path):
     import tokenizers
 
     assert tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json")).token_to_id("[CLS]") == 2
+
+
+def test_saved_files_are_readable_by_others_as_plain_files_are(tmp_path):
+    # Temporary files and safetensors' writer create files private (0600);
+    # a preset to share or publish gets what `open()` under the umask gives.
+    umask = os.umask(0o022)
+    try:
+        tiny_classifier().save_to_preset(tmp_path / "preset")
+    finally:
+        os.umask(umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "preset").iterdir()}
+    assert {"model.safetensors", "tokenizer.json", "config.json"} <= set(modes)
+    assert all(mode == 0o644 for mode in modes.values()), {name: oct(mode) for name, mode in modes.items()}
+    assert stat.S_IMODE((tmp_path / "preset").stat().st_mode) == 0o755
 
 
 def test_backbone_and_sibling_tasks_load_from_a_task_preset(tmp_path):

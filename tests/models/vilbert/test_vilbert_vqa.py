@@ -11,7 +11,7 @@ from attention_zoo_keras.models.vilbert import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
 from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import ViLBERTVisualQuestionAnswerer
-from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import ViLBERTVQALoss
+from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
 from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import vilbert_vqa_head_arrays
 from tests.models.vilbert.conftest import load
 from tests.models.vilbert.conftest import our_inputs
@@ -94,7 +94,7 @@ def test_loss_is_the_authors_scaled_mean():
     # torch: BCEWithLogitsLoss(reduction="mean")(logits, scores) * scores.shape[1]
     elementwise = np.maximum(logits, 0) - logits * scores + np.log1p(np.exp(-np.abs(logits)))
     expected = elementwise.mean() * scores.shape[1]
-    assert abs(float(ViLBERTVQALoss()(scores, logits)) - expected) < 1e-5
+    assert abs(float(SummedBinaryCrossentropy()(scores, logits)) - expected) < 1e-5
 
 
 def synthetic_grounding(count, seed):
