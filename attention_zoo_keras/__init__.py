@@ -19,4 +19,5 @@ from attention_zoo_keras import optimizers
 from attention_zoo_keras import tokenizers
 from attention_zoo_keras import training
 from attention_zoo_keras.hub.catalog import list_presets
+from attention_zoo_keras.hub.upload import upload_preset
 from attention_zoo_keras.version import __version__

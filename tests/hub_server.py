@@ -2,7 +2,9 @@
 
 `LocalHub` serves model repositories from a directory over HTTP on 127.0.0.1,
 speaking the subset of the Hub protocol that `huggingface_hub` (checked against
-2.4.0) uses to download files:
+2.4.0) uses to download files, and to create repos and upload to them.
+
+Download side (anonymous, except for private repos):
 
 * ``HEAD``/``GET /{org}/{name}/resolve/{revision}/{filename}``: the file, with
   the headers `hf_hub_download` insists on (``X-Repo-Commit``, ``ETag``,
@@ -14,10 +16,67 @@ speaking the subset of the Hub protocol that `huggingface_hub` (checked against
 * ``GET /api/models/{org}/{name}/tree/{revision}[/{path}]``: the file listing
   that `snapshot_download` asks for.
 
+* ``GET /api/models/{org}/{name}/refs``: branches (and ``refs/pr/N`` pull
+  requests with ``include_prs=1``), for `list_repo_refs`.
+
+Upload side (`create_repo`, `create_branch`, `upload_folder`, `upload_file`,
+`create_commit`, with Xet off: the legacy LFS protocol):
+
+* ``POST /api/repos/create`` (JSON ``name``, ``organization``, ``type`` and
+  ``visibility``, ``"private"`` or ``"public"``; older clients send a boolean
+  ``private``): creates an empty repo (an empty ``main``); 409 if it exists,
+  which the client swallows when ``exist_ok=True``. ``private`` is recorded
+  (`LocalHub.is_private`): a private repo is a 404 for any request without a
+  token of its namespace.
+* ``POST /api/models/{org}/{name}/branch/{branch}`` (JSON ``startingPoint``,
+  default ``main``): a new branch with the files of its starting point; 409 if
+  it exists.
+* ``POST /api/models/{org}/{name}/preupload/{revision}`` (JSON ``files``:
+  ``path``, ``size``, base64 ``sample``): answers each file's ``uploadMode``:
+  ``"lfs"`` for weights-like suffixes (``.safetensors``, ``.bin``, ``.h5``...),
+  files over 10 MB and files whose sample holds a NUL byte, ``"regular"``
+  otherwise; ``shouldIgnore`` is always false. For a file the revision already
+  has, ``oid`` is its current id (sha256 for LFS, git blob sha1 for regular
+  files): the client drops unchanged files from the commit, and makes no
+  commit at all when nothing changed.
+* ``POST /{org}/{name}.git/info/lfs/objects/batch`` (git-lfs batch API, upload,
+  ``basic`` transfer): an object the server already stores gets no
+  ``actions`` (the client skips its upload); the others get an ``upload``
+  action (a signed ``PUT`` URL on this server, no ``chunk_size``, so never
+  multipart) and a ``verify`` action.
+* ``PUT /lfs-upload/{oid}?size=N&sig=...``: the object's bytes (plain or
+  chunked body, no ``Authorization`` header needed: the signature is the
+  authorisation, as with a pre-signed storage URL); 400 unless the bytes have
+  that size and sha256. Objects are stored by sha256 outside the repos.
+* ``POST /{org}/{name}.git/info/lfs/objects/verify`` (JSON ``oid``, ``size``).
+* ``POST /api/models/{org}/{name}/commit/{revision}[?create_pr=1]``: the ndjson
+  body of ``header`` (``summary``, ``description``, optional
+  ``parentCommit``: 412 if it is not the head), ``file`` (base64 content),
+  ``lfsFile`` (``oid`` of an uploaded object; 422 if it was never uploaded),
+  ``deletedFile`` and ``deletedFolder`` lines. The new file set is built aside
+  and swapped in whole, so a failing commit changes nothing. Answers
+  ``commitOid``, ``commitUrl`` (and ``pullRequestUrl``: ``create_pr`` commits
+  go to a new ``refs/pr/N`` revision based on ``main``). A commit that changes
+  the files is recorded in `LocalHub.commits`.
+* ``POST /api/validate-yaml`` (the client checks a ``README.md``'s metadata
+  before uploading it): always valid.
+* ``GET /api/whoami-v2``: the token's user (its first namespace, sorted) and orgs.
+
+Every upload-side call except the LFS ``PUT`` needs ``Authorization: Bearer
+<token>``: no token or an unknown one is a 401 (an unknown one with the
+message ``Invalid credentials in Authorization header``, which the client
+does not mistake for a missing repo), a valid token without write rights on
+the repo's namespace a 403. ``LocalHub.fail`` makes a named endpoint answer an
+error (once, a given number of times, or until `LocalHub.clear_failures`) to
+test failures in the middle of an upload; note that the client retries 429 and
+5xx answers of preupload, LFS batch, upload and verify calls with back-off, but
+not of the commit call.
+
 Errors carry the ``X-Error-Code`` header that `hf_raise_for_status` maps to an
 exception: ``RepoNotFound`` -> `RepositoryNotFoundError`, ``RevisionNotFound``
 -> `RevisionNotFoundError`, ``EntryNotFound`` -> `RemoteEntryNotFoundError`
-(alias `EntryNotFoundError`).
+(alias `EntryNotFoundError`); and ``X-Error-Message``, which the client puts in
+its 401/403 messages.
 
 Layout of the served directory (``root``)::
 
@@ -31,7 +90,9 @@ does this for you. A revision may also be requested by its commit hash.
 Commit hashes are deterministic: sha1 of the repo id, the revision name and the
 content of every file. The same repo, revision and files always give the same
 hash, and changing a file changes it (as a new commit on the Hub would), so the
-client notices the change instead of returning its cached snapshot. ETags are
+client notices the change instead of returning its cached snapshot. Uploads
+keep to this: a commit that leaves the files as they were leaves the hash as
+it was (and is not recorded in `LocalHub.commits`). ETags are
 the sha256 of the file content, as the Hub sends for LFS files.
 
 `configure_client` and `set_offline` point the real client, in-process, at a
@@ -42,15 +103,21 @@ everything through the `pytest.MonkeyPatch` they are given
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import hmac
 import http.server
 import importlib
 import json
 import os
 import pathlib
+import re
+import secrets
 import shutil
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -59,13 +126,31 @@ __all__ = ["LocalHub", "close_client_session", "configure_client", "set_offline"
 _HOST = "127.0.0.1"
 _REPO_TYPE_PREFIXES = ("datasets", "spaces", "kernels")  # only model repos are served
 
+#: Endpoints `LocalHub.fail` can make fail, by name.
+FAILABLE_ENDPOINTS = (
+    "create-repo", "branch", "preupload", "lfs-batch", "lfs-upload", "lfs-verify", "commit", "validate-yaml",
+)
+#: Files stored through LFS whatever their size, as the Hub's default ``.gitattributes`` says.
+_LFS_SUFFIXES = (
+    ".safetensors", ".bin", ".h5", ".keras", ".msgpack", ".onnx", ".pt", ".pth", ".ckpt", ".npy", ".npz",
+    ".pkl", ".pickle", ".model", ".tflite", ".ot", ".zip", ".gz", ".tar", ".tgz", ".xz", ".zst", ".parquet",
+    ".arrow",
+)
+_LFS_SIZE_THRESHOLD = 10 * 1024 * 1024  # larger files always go through LFS
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_INVALID_TOKEN = "Invalid credentials in Authorization header"
+
 
 class _Error(Exception):
     """An error response: HTTP status plus the Hub's ``X-Error-Code``."""
 
-    def __init__(self, status: int, code: str | None, message: str, commit: str | None = None):
+    def __init__(
+        self, status: int, code: str | None, message: str, commit: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.status, self.code, self.message, self.commit = status, code, message, commit
+        self.extra = extra or {}  # more fields of the JSON body
 
 
 def _check_repo_id(repo_id: str) -> None:
@@ -85,19 +170,40 @@ def _safe_relative(filename: str) -> pathlib.PurePosixPath | None:
 class LocalHub:
     """Serves repos from a directory as the Hugging Face Hub does, for tests.
 
-    Attributes:
+    Args:
         root: the served directory (see the module docstring for its layout).
+        tokens: the valid access tokens, each mapped to the namespaces (users or
+            organizations) it may write to: ``{"hf_writer": {"me", "my-org"}}``.
+            A token may read the private repos of the namespaces it can write to.
+
+    Attributes:
+        root: the served directory.
+        tokens: ``{token: frozenset of namespaces}``.
         url: ``http://127.0.0.1:PORT`` once started.
         requests: ``(method, path)`` of every request received, in order; ``path``
             is the raw request target, url-encoding and query string included.
+        commits: one dict per commit that changed a revision, in order:
+            ``repo_id``, ``revision``, ``oid`` (the new commit hash), ``parent``
+            (the previous one, None for a new revision), ``summary``, ``pr``
+            (the pull-request number or None) and ``token``.
         cache_dir: the client cache directory, when `configure_client` set one.
     """
 
-    def __init__(self, root: pathlib.Path):
+    def __init__(self, root: pathlib.Path, tokens: Mapping[str, Iterable[str]] | None = None):
         self.root = pathlib.Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.tokens: dict[str, frozenset[str]] = {
+            token: frozenset([namespaces] if isinstance(namespaces, str) else namespaces)
+            for token, namespaces in (tokens or {}).items()
+        }
         self.requests: list[tuple[str, str]] = []
+        self.commits: list[dict[str, Any]] = []
         self.cache_dir: pathlib.Path | None = None
+        self._private: set[str] = set()
+        self._failures: dict[str, list[Any]] = {}  # endpoint -> [status, remaining count or None]
+        self._lfs_dir: pathlib.Path | None = None  # uploaded LFS objects by sha256, while started
+        self._secret = secrets.token_bytes(16)  # signs the LFS upload URLs
+        self._write_lock = threading.RLock()  # one commit / repo creation at a time
         # (filename, status) of every GET that served file content (200 or 206).
         self._served: list[tuple[str, int]] = []
         self._lock = threading.Lock()
@@ -136,6 +242,64 @@ class LocalHub:
                 dest.write_bytes(content.encode() if isinstance(content, str) else bytes(content))
         else:
             shutil.copytree(files_dir_or_mapping, target)
+
+    def is_private(self, repo_id: str) -> bool:
+        """Whether ``repo_id`` was created private (``create_repo(private=True)``)."""
+        with self._lock:
+            return repo_id in self._private
+
+    def set_private(self, repo_id: str, private: bool = True) -> None:
+        """Make ``repo_id`` private (readable only with a token of its namespace) or public."""
+        _check_repo_id(repo_id)
+        with self._lock:
+            (self._private.add if private else self._private.discard)(repo_id)
+
+    def has_lfs_object(self, oid: str) -> bool:
+        """Whether an LFS object with this sha256 was uploaded (committed or not)."""
+        return self._lfs_dir is not None and bool(_SHA256_RE.match(oid)) and (self._lfs_dir / oid).is_file()
+
+    def fail(self, endpoint: str, status: int = 500, times: int | None = 1) -> None:
+        """Make the next ``times`` requests to ``endpoint`` fail with ``status``.
+
+        ``endpoint`` is one of `FAILABLE_ENDPOINTS` (``"lfs-upload"`` is the PUT
+        of an LFS object, ``"commit"`` the commit call). ``times=None`` fails
+        every request until `clear_failures`: the client retries 429 and 5xx
+        answers of some calls (preupload, LFS batch, upload and verify) with
+        back-off, so a single failure would go unnoticed there. A failing
+        request changes nothing on the server.
+        """
+        if endpoint not in FAILABLE_ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {FAILABLE_ENDPOINTS}, got {endpoint!r}")
+        with self._lock:
+            self._failures[endpoint] = [status, times]
+
+    def fail_next(self, endpoint: str, status: int = 500) -> None:
+        """Make only the next request to ``endpoint`` fail with ``status``."""
+        self.fail(endpoint, status, times=1)
+
+    def clear_failures(self) -> None:
+        """Forget every failure set up with `fail`."""
+        with self._lock:
+            self._failures.clear()
+
+    def _take_failure(self, endpoint: str) -> int | None:
+        with self._lock:
+            failure = self._failures.get(endpoint)
+            if failure is None:
+                return None
+            status, remaining = failure
+            if remaining is not None:
+                if remaining <= 1:
+                    del self._failures[endpoint]
+                else:
+                    failure[1] = remaining - 1
+            return status
+
+    def _namespaces(self, token: str | None) -> frozenset[str]:
+        return self.tokens.get(token, frozenset()) if token else frozenset()
+
+    def _upload_url_signature(self, oid: str, size: int) -> str:
+        return hmac.new(self._secret, f"{oid}:{size}".encode(), hashlib.sha256).hexdigest()
 
     def commit_hash(self, repo_id: str, revision: str = "main") -> str:
         """The 40-hex commit the server reports for ``repo_id`` at ``revision``."""
@@ -232,6 +396,7 @@ class LocalHub:
     def start(self) -> LocalHub:
         if self._server is not None:
             return self
+        self._lfs_dir = pathlib.Path(tempfile.mkdtemp(prefix="localhub-lfs-"))
         handler = type("_BoundHandler", (_Handler,), {"hub": self})
         self._server = http.server.ThreadingHTTPServer((_HOST, 0), handler)
         self._server.daemon_threads = True
@@ -249,6 +414,9 @@ class LocalHub:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = self._thread = None
+        if self._lfs_dir is not None:  # committed files live in the repos
+            shutil.rmtree(self._lfs_dir, ignore_errors=True)
+            self._lfs_dir = None
 
     def __enter__(self) -> LocalHub:
         return self.start()
@@ -273,31 +441,360 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._dispatch()
 
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
     def _not_allowed(self) -> None:
         self.hub._record(self.command, self.path)
+        self._read_body()
         self._send_error(_Error(405, None, f"{self.command} is not supported by LocalHub"))
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = _not_allowed
+    do_PATCH = do_DELETE = _not_allowed
 
     def _dispatch(self) -> None:
         self.hub._record(self.command, self.path)
         url = urlsplit(self.path)
         segments = url.path.lstrip("/").split("/")
+        query = parse_qs(url.query)
         try:
+            # Read the whole body first, so that an error answer leaves the
+            # keep-alive connection usable.
+            body = self._read_body() if self.command in ("POST", "PUT") else b""
             repo_type = segments[1] if segments[0] == "api" and len(segments) > 1 else segments[0]
             if repo_type in _REPO_TYPE_PREFIXES:
                 raise _Error(404, "RepoNotFound", "LocalHub only serves model repos")
-            if segments[:2] == ["api", "models"]:
-                if self.command != "GET":
-                    raise _Error(405, None, "Only GET is supported on /api")
-                self._api(segments[2:], parse_qs(url.query))
-            elif len(segments) >= 5 and segments[2] == "resolve":
+            if self.command == "POST" and segments == ["api", "repos", "create"]:
+                self._create_repo(_json_body(body))
+            elif self.command == "POST" and segments == ["api", "validate-yaml"]:
+                self._failure_point("validate-yaml")
+                self._send_json({"errors": [], "warnings": []})
+            elif self.command == "GET" and segments == ["api", "whoami-v2"]:
+                self._whoami()
+            elif segments[:2] == ["api", "models"]:
+                self._api(segments[2:], query, body)
+            elif self.command == "PUT" and len(segments) == 2 and segments[0] == "lfs-upload":
+                self._lfs_upload(segments[1], query, body)
+            elif (self.command == "POST" and len(segments) == 6 and segments[1].endswith(".git")
+                  and segments[2:5] == ["info", "lfs", "objects"] and segments[5] in ("batch", "verify")):
+                repo_id = unquote(segments[0]) + "/" + unquote(segments[1][: -len(".git")])
+                if segments[5] == "batch":
+                    self._lfs_batch(repo_id, _json_body(body))
+                else:
+                    self._lfs_verify(repo_id, _json_body(body))
+            elif self.command in ("GET", "HEAD") and len(segments) >= 5 and segments[2] == "resolve":
                 repo_id = unquote(segments[0]) + "/" + unquote(segments[1])
+                self._check_readable(repo_id)
                 self._resolve_file(repo_id, unquote(segments[3]), unquote("/".join(segments[4:])))
             else:
-                raise _Error(404, None, f"Not found: {url.path}")
+                raise _Error(404, None, f"Not found: {self.command} {url.path}")
         except _Error as error:
             self._send_error(error)
+
+    def _read_body(self) -> bytes:
+        """The request body, plain (``Content-Length``) or chunked."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()  # the CRLF after each chunk
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    # ---------------------------------------------------------------- auth
+
+    def _token(self) -> str | None:
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+
+    def _authenticated(self) -> str:
+        """The request's valid token, or raise 401."""
+        token = self._token()
+        if token is None:
+            raise _Error(401, None, "You must be authenticated to access this resource: no token given")
+        if token not in self.hub.tokens:
+            raise _Error(401, None, _INVALID_TOKEN)
+        return token
+
+    def _check_writable(self, repo_id: str) -> str:
+        """The request's token if it may write to ``repo_id``'s namespace; 401 / 403 otherwise."""
+        token = self._authenticated()
+        namespace = repo_id.split("/")[0]
+        if namespace not in self.hub.tokens[token]:
+            raise _Error(403, None, f"You don't have the rights to write to {repo_id} (namespace {namespace!r})")
+        return token
+
+    def _check_readable(self, repo_id: str) -> None:
+        """A private repo is invisible (404) without a token that can write to its namespace."""
+        if self.hub.is_private(repo_id):
+            namespace = repo_id.split("/")[0]
+            if namespace not in self.hub._namespaces(self._token()):
+                raise _Error(404, "RepoNotFound", f"Repository {repo_id!r} not found")
+
+    def _failure_point(self, endpoint: str) -> None:
+        status = self.hub._take_failure(endpoint)
+        if status is not None:
+            raise _Error(status, None, f"LocalHub: injected failure of {endpoint}")
+
+    def _whoami(self) -> None:
+        token = self._authenticated()
+        namespaces = sorted(self.hub.tokens[token])
+        name = namespaces[0] if namespaces else "anonymous"
+        self._send_json({
+            "type": "user", "name": name, "fullname": name,
+            "orgs": [{"type": "org", "name": org, "roleInOrg": "write"} for org in namespaces[1:]],
+            "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}},
+        })
+
+    # -------------------------------------------------------- repo creation
+
+    def _create_repo(self, payload: dict[str, Any]) -> None:
+        repo_type = payload.get("type") or "model"
+        name, organization = payload.get("name"), payload.get("organization")
+        if repo_type != "model":
+            raise _Error(400, None, "LocalHub only serves model repos")
+        token = self._authenticated()
+        if not isinstance(name, str) or not name:
+            raise _Error(400, None, "'name' is required")
+        if organization is None:
+            namespaces = sorted(self.hub.tokens[token])
+            organization = namespaces[0] if namespaces else ""
+        repo_id = f"{organization}/{name}"
+        try:
+            _check_repo_id(repo_id)
+        except ValueError:
+            raise _Error(400, None, f"Invalid repo name {repo_id!r}") from None
+        visibility = payload.get("visibility")  # huggingface_hub 2.x; older clients send "private"
+        if visibility not in (None, "public", "private"):
+            raise _Error(400, None, f"Model repos cannot be {visibility!r}")
+        private = visibility == "private" if visibility is not None else bool(payload.get("private"))
+        self._check_writable(repo_id)
+        self._failure_point("create-repo")
+        with self.hub._write_lock:
+            if self.hub._revisions(repo_id):
+                # The client reads the repo's url from this answer when `exist_ok=True`.
+                raise _Error(409, None, "You already created this model repo",
+                             extra={"url": f"{self.hub.url}/{repo_id}"})
+            self.hub._revision_dir(repo_id, "main").mkdir(parents=True)
+            self.hub.set_private(repo_id, private)
+        self._send_json({"url": f"{self.hub.url}/{repo_id}", "name": repo_id, "id": repo_id})
+
+    def _create_branch(self, repo_id: str, branch: str, payload: dict[str, Any]) -> None:
+        self._check_writable(repo_id)
+        self._failure_point("branch")
+        with self.hub._write_lock:
+            revisions = self.hub._revisions(repo_id)
+            if not revisions:
+                raise _Error(404, "RepoNotFound", f"Repository {repo_id!r} not found")
+            if branch in revisions:
+                raise _Error(409, None, f"Reference already exists: refs/heads/{branch}")
+            if not branch or branch.startswith("refs/") or any(p in ("", ".", "..") for p in branch.split("/")):
+                raise _Error(400, None, f"Invalid branch name {branch!r}")
+            source, _ = self.hub._resolve(repo_id, payload.get("startingPoint") or "main")
+            shutil.copytree(source, self.hub._revision_dir(repo_id, branch))
+        self._send_json({})
+
+    def _refs(self, repo_id: str, include_prs: bool) -> None:
+        branches, prs = [], []
+        for name, rev_dir in sorted(self.hub._revisions(repo_id).items()):
+            commit = self.hub._commit(repo_id, name, rev_dir)
+            if name.startswith("refs/pr/"):
+                prs.append({"name": name, "ref": name, "targetCommit": commit})
+            else:
+                branches.append({"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit})
+        if not branches and not prs:
+            raise _Error(404, "RepoNotFound", f"Repository {repo_id!r} not found")
+        payload = {"branches": branches, "tags": [], "converts": []}
+        if include_prs:
+            payload["pullRequests"] = prs
+        self._send_json(payload)
+
+    # ------------------------------------------------------------- upload
+
+    def _writable_revision(self, repo_id: str, revision: str, create_pr: bool) -> pathlib.Path:
+        """The directory of the revision a commit goes onto (``main`` for a pull request)."""
+        rev_dir, _ = self.hub._resolve(repo_id, "main" if create_pr else revision)
+        if not create_pr and revision not in self.hub._revisions(repo_id):
+            raise _Error(400, None, f"Commits go onto a branch; {revision!r} is a commit hash")
+        return rev_dir
+
+    def _preupload(self, repo_id: str, revision: str, payload: dict[str, Any], create_pr: bool) -> None:
+        self._check_writable(repo_id)
+        self._failure_point("preupload")
+        files = payload.get("files")
+        if not isinstance(files, list):
+            raise _Error(400, None, "'files' must be a list")
+        rev_dir = self._writable_revision(repo_id, revision, create_pr)
+        answers = []
+        for entry in files:
+            path, size = entry.get("path"), entry.get("size")
+            rel = _safe_relative(path) if isinstance(path, str) else None
+            if rel is None or not isinstance(size, int):
+                raise _Error(400, None, f"Invalid file entry {entry!r}")
+            try:
+                sample = base64.b64decode(entry.get("sample") or "", validate=True)
+            except (binascii.Error, ValueError):
+                raise _Error(400, None, f"Invalid sample for {path!r}") from None
+            mode = _upload_mode(path, size, sample)
+            answer = {"path": path, "uploadMode": mode, "shouldIgnore": False}
+            existing = rev_dir.joinpath(*rel.parts)
+            if existing.is_file():  # lets the client skip unchanged files
+                sha256, git_oid = self.hub._file_hashes(existing)
+                answer["oid"] = sha256 if mode == "lfs" else git_oid
+            answers.append(answer)
+        self._send_json({"files": answers, "commitOid": self.hub._commit(repo_id, revision, rev_dir)})
+
+    def _lfs_batch(self, repo_id: str, payload: dict[str, Any]) -> None:
+        self._check_writable(repo_id)
+        self._failure_point("lfs-batch")
+        self.hub._resolve(repo_id, "main")  # the repo must exist
+        if payload.get("operation") != "upload":
+            raise _Error(400, None, "LocalHub's LFS batch API only does uploads")
+        if "basic" not in (payload.get("transfers") or ["basic"]):
+            raise _Error(400, None, "LocalHub only offers the 'basic' LFS transfer")
+        objects = []
+        for obj in payload.get("objects") or []:
+            oid, size = obj.get("oid"), obj.get("size")
+            if not isinstance(oid, str) or not _SHA256_RE.match(oid) or not isinstance(size, int) or size < 0:
+                objects.append({"oid": str(oid), "size": size if isinstance(size, int) else 0,
+                                "error": {"code": 422, "message": "invalid oid or size"}})
+            elif self.hub.has_lfs_object(oid) and (self.hub._lfs_dir / oid).stat().st_size == size:
+                objects.append({"oid": oid, "size": size})  # already stored: no actions, no upload
+            else:
+                signature = self.hub._upload_url_signature(oid, size)
+                repo_url = f"{self.hub.url}/{quote(repo_id)}.git/info/lfs/objects"
+                objects.append({
+                    "oid": oid, "size": size, "authenticated": True,
+                    "actions": {
+                        "upload": {"href": f"{self.hub.url}/lfs-upload/{oid}?size={size}&sig={signature}",
+                                   "header": {}},
+                        "verify": {"href": f"{repo_url}/verify", "header": {}},
+                    },
+                })
+        self._send_json({"transfer": "basic", "objects": objects, "hash_algo": "sha256"},
+                        content_type="application/vnd.git-lfs+json")
+
+    def _lfs_upload(self, oid: str, query: dict[str, list[str]], body: bytes) -> None:
+        # Like a pre-signed storage URL: no Authorization header, the signature authorises.
+        try:
+            size = int(query.get("size", [""])[0])
+        except ValueError:
+            raise _Error(403, None, "Invalid upload URL") from None
+        signature = query.get("sig", [""])[0]
+        if not hmac.compare_digest(signature, self.hub._upload_url_signature(oid, size)):
+            raise _Error(403, None, "Invalid upload URL signature")
+        self._failure_point("lfs-upload")
+        if len(body) != size or hashlib.sha256(body).hexdigest() != oid:
+            raise _Error(400, None, f"Uploaded content does not match oid {oid} and size {size}")
+        target = self.hub._lfs_dir / oid
+        temporary = target.with_name(f".{oid}.{secrets.token_hex(4)}")
+        temporary.write_bytes(body)
+        os.replace(temporary, target)
+        self._send_json({})
+
+    def _lfs_verify(self, repo_id: str, payload: dict[str, Any]) -> None:
+        self._check_writable(repo_id)
+        self._failure_point("lfs-verify")
+        oid, size = payload.get("oid"), payload.get("size")
+        if not isinstance(oid, str) or not self.hub.has_lfs_object(oid):
+            raise _Error(404, None, f"LFS object {oid} was not uploaded")
+        if (self.hub._lfs_dir / oid).stat().st_size != size:
+            raise _Error(422, None, f"LFS object {oid} does not have size {size}")
+        self._send_json({})
+
+    def _create_commit(self, repo_id: str, revision: str, body: bytes, create_pr: bool) -> None:
+        token = self._check_writable(repo_id)
+        self._failure_point("commit")
+        try:
+            lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        except json.JSONDecodeError as error:
+            raise _Error(400, None, f"Invalid ndjson commit payload: {error}") from None
+        if not lines or not isinstance(lines[0], dict) or lines[0].get("key") != "header":
+            raise _Error(400, None, "The commit payload must start with a 'header' line")
+        header = lines[0].get("value") or {}
+        summary = header.get("summary")
+        if not isinstance(summary, str) or not summary:
+            raise _Error(400, None, "The commit needs a summary")
+        with self.hub._write_lock:
+            base_dir = self._writable_revision(repo_id, revision, create_pr)
+            base_name = "main" if create_pr else revision
+            parent = self.hub._commit(repo_id, base_name, base_dir)
+            if header.get("parentCommit") not in (None, parent):
+                raise _Error(412, None, f"Parent commit {header['parentCommit']} is not the head {parent}")
+            staging = pathlib.Path(tempfile.mkdtemp(prefix=".commit-", dir=self.hub.root))
+            try:
+                shutil.rmtree(staging)
+                shutil.copytree(base_dir, staging)
+                for line in lines[1:]:
+                    self._apply(staging, line)
+                if create_pr:
+                    numbers = [int(name[len("refs/pr/"):]) for name in self.hub._revisions(repo_id)
+                               if re.fullmatch(r"refs/pr/\d+", name)]
+                    number = max(numbers, default=0) + 1
+                    target_name = f"refs/pr/{number}"
+                else:
+                    number, target_name = None, revision
+                target = self.hub._revision_dir(repo_id, target_name)
+                new_commit = self.hub._commit(repo_id, target_name, staging)
+                old_commit = parent if not create_pr else None
+                if new_commit != old_commit:
+                    _replace_directory(staging, target)
+                    with self.hub._lock:
+                        self.hub._hashes.clear()
+                        self.hub.commits.append({
+                            "repo_id": repo_id, "revision": target_name, "oid": new_commit, "parent": old_commit,
+                            "summary": summary, "pr": number, "token": token,
+                        })
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        commit_url = f"{self.hub.url}/{repo_id}/commit/{new_commit}"
+        answer = {"success": True, "commitOid": new_commit, "commitUrl": commit_url}
+        if create_pr:
+            answer["pullRequestUrl"] = f"{self.hub.url}/{repo_id}/discussions/{number}"
+        self._send_json(answer)
+
+    def _apply(self, staging: pathlib.Path, line: Any) -> None:
+        """Applies one operation line of a commit to the staging copy of the revision."""
+        key = line.get("key") if isinstance(line, dict) else None
+        value = line.get("value") if isinstance(line, dict) else None
+        path = value.get("path") if isinstance(value, dict) else None
+        rel = _safe_relative(path.strip("/")) if isinstance(path, str) else None
+        if rel is None:
+            raise _Error(400, None, f"Invalid commit operation {line!r}")
+        dest = staging.joinpath(*rel.parts)
+        if key == "file":
+            if value.get("encoding", "base64") != "base64":
+                raise _Error(400, None, f"Unsupported encoding for {path!r}")
+            try:
+                content = base64.b64decode(value.get("content", ""), validate=True)
+            except (binascii.Error, ValueError):
+                raise _Error(400, None, f"Invalid base64 content for {path!r}") from None
+            _write_file(dest, content)
+        elif key == "lfsFile":
+            oid = value.get("oid")
+            if value.get("algo", "sha256") != "sha256" or not isinstance(oid, str) or not self.hub.has_lfs_object(oid):
+                raise _Error(422, None, f"LFS object {oid} of {path!r} was never uploaded")
+            if dest.is_dir():
+                raise _Error(400, None, f"{path!r} is a folder")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.hub._lfs_dir / oid, dest)
+        elif key == "deletedFile":
+            if not dest.is_file():
+                raise _Error(404, "EntryNotFound", f"A file with this name doesn't exist: {path}")
+            dest.unlink()
+        elif key == "deletedFolder":
+            if not dest.is_dir():
+                raise _Error(404, "EntryNotFound", f"A folder with this name doesn't exist: {path}")
+            shutil.rmtree(dest)
+        else:
+            raise _Error(400, None, f"Unknown commit operation {key!r}")
 
     # ----------------------------------------------------------- /resolve
 
@@ -334,15 +831,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- /api
 
-    def _api(self, segments: list[str], query: dict[str, list[str]]) -> None:
+    def _api(self, segments: list[str], query: dict[str, list[str]], body: bytes = b"") -> None:
         if len(segments) < 2:
             raise _Error(404, None, "Not found")
         repo_id = unquote(segments[0]) + "/" + unquote(segments[1])
         rest = segments[2:]
+        create_pr = query.get("create_pr", ["0"])[0].lower() in ("1", "true")
+        if self.command == "POST":
+            if len(rest) == 2 and rest[0] == "preupload":
+                self._preupload(repo_id, unquote(rest[1]), _json_body(body), create_pr)
+            elif len(rest) == 2 and rest[0] == "commit":
+                self._create_commit(repo_id, unquote(rest[1]), body, create_pr)
+            elif len(rest) == 2 and rest[0] == "branch":
+                self._create_branch(repo_id, unquote(rest[1]), _json_body(body) if body else {})
+            else:
+                raise _Error(404, None, "Not found")
+            return
+        if self.command not in ("GET", "HEAD"):
+            raise _Error(405, None, f"{self.command} is not supported on /api")
+        self._check_readable(repo_id)
         if not rest:
             self._model_info(repo_id, "main")
         elif rest[0] == "revision" and len(rest) == 2:
             self._model_info(repo_id, unquote(rest[1]))
+        elif rest == ["refs"]:
+            self._refs(repo_id, query.get("include_prs", ["0"])[0] in ("1", "true"))
         elif rest[0] == "tree" and len(rest) >= 2:
             recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
             self._tree(repo_id, unquote(rest[1]), unquote("/".join(rest[2:])), recursive)
@@ -354,7 +867,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         siblings = [{"rfilename": name} for name in self.hub._files(rev_dir)]
         self._send_json(
             {"_id": commit, "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
-             "private": False, "disabled": False, "gated": False, "tags": [], "siblings": siblings}
+             "private": self.hub.is_private(repo_id), "disabled": False, "gated": False, "tags": [],
+             "siblings": siblings}
         )
 
     def _tree(self, repo_id: str, revision: str, path_in_repo: str, recursive: bool) -> None:
@@ -379,16 +893,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ responses
 
-    def _send_json(self, payload: Any) -> None:
+    def _send_json(self, payload: Any, content_type: str = "application/json") -> None:
         body = json.dumps(payload).encode()
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def _send_error(self, error: _Error) -> None:
-        body = json.dumps({"error": error.message}).encode()
+        body = json.dumps({"error": error.message, **error.extra}).encode()
         self.send_response(error.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -400,6 +914,47 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise _Error(400, None, f"Invalid JSON body: {error}") from None
+    if not isinstance(payload, dict):
+        raise _Error(400, None, "The JSON body must be an object")
+    return payload
+
+
+def _upload_mode(path: str, size: int, sample: bytes) -> str:
+    """``"lfs"`` for weights-like, large or binary files, ``"regular"`` (a git blob) otherwise."""
+    if size == 0:
+        return "regular"  # the client commits empty files as regular files anyway
+    if path.lower().endswith(_LFS_SUFFIXES) or size > _LFS_SIZE_THRESHOLD or b"\0" in sample:
+        return "lfs"
+    return "regular"
+
+
+def _write_file(dest: pathlib.Path, content: bytes) -> None:
+    if dest.is_dir():
+        raise _Error(400, None, f"{dest.name!r} is a folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(content)
+
+
+def _replace_directory(staging: pathlib.Path, target: pathlib.Path) -> None:
+    """Moves ``staging`` to ``target``, replacing it: a reader sees the old or the new revision."""
+    for directory in sorted((p for p in staging.rglob("*") if p.is_dir()), reverse=True):
+        if not any(directory.iterdir()):  # a deletion's leftover empty folder
+            directory.rmdir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    backup = target.with_name(f".{target.name}.{secrets.token_hex(4)}.old")
+    os.rename(target, backup)
+    os.rename(staging, target)
+    shutil.rmtree(backup, ignore_errors=True)
 
 
 def _parse_range(header: str, size: int) -> tuple[int, int] | None:

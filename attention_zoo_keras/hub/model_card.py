@@ -57,3 +57,48 @@ model = azk.models.{class_name}.from_preset("hf://<this repo>")
 {settings}
 """
     return "\n".join(front_matter) + "\n" + body
+
+
+PARITY_HEADING = "## Parity"
+
+
+def parity_section(parity):
+    """The model card's "Parity" section for a `parity` record (the
+    `metadata.json` entry written by `python -m conversion verify`).
+
+    Example:
+
+    >>> print(parity_section({"passed": True, "reference": "transformers.BertModel", "tolerance": 1e-4,
+    ...     "backend": "jax", "max_abs_difference": {"sequence_output": 2e-7}}).splitlines()[0])
+    ## Parity
+    """
+    status = "passed" if parity.get("passed") else "FAILED"
+    versions = ", ".join(f"{name} {version}" for name, version in parity.get("versions", {}).items())
+    lines = [
+        PARITY_HEADING,
+        "",
+        f"Verified against `{parity.get('reference')}` ({status}, tolerance {parity.get('tolerance'):g} "
+        f"absolute, {parity.get('dtype', 'float32')}) on the {parity.get('backend')} backend"
+        + (f", with {versions}" if versions else "")
+        + ".",
+    ]
+    if parity.get("inputs"):
+        lines += ["", f"Inputs: {parity['inputs']}."]
+    lines += ["", "| output | max abs difference |", "|---|---|"]
+    lines += [f"| `{name}` | {value:.2e} |" for name, value in parity.get("max_abs_difference", {}).items()]
+    return "\n".join(lines) + "\n"
+
+
+def with_parity_section(card, parity):
+    """`card` with its "Parity" section replaced by (or appended as) the one
+    of `parity`."""
+    lines = card.splitlines()
+    if PARITY_HEADING in lines:
+        start = lines.index(PARITY_HEADING)
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ") or lines[i].startswith("# ")),
+            len(lines),
+        )
+        lines = lines[:start] + lines[end:]
+    text = "\n".join(lines).rstrip("\n")
+    return text + "\n\n" + parity_section(parity)

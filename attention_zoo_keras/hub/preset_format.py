@@ -25,6 +25,7 @@ import keras
 from attention_zoo_keras.hub.atomic import atomic_directory
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.model_card import model_card
+from attention_zoo_keras.hub.model_card import with_parity_section
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import Checkpoint
 from attention_zoo_keras.hub.weights import save_weights
@@ -78,6 +79,22 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
             model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
             encoding="utf-8",
         )
+
+
+def record_parity(directory, parity):
+    """Records a verification against the reference implementation in a
+    saved native preset: `metadata.json` gets (or has replaced) its
+    `"parity"` entry, and the model card its "Parity" section."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    metadata_path = directory / METADATA_FILE
+    metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.is_file() else {}
+    metadata["parity"] = parity
+    _write_json(metadata_path, metadata)
+    card_path = directory / MODEL_CARD_FILE
+    card = card_path.read_text(encoding="utf-8") if card_path.is_file() else ""
+    card_path.write_text(with_parity_section(card, parity), encoding="utf-8")
 
 
 def write_preprocessor_files(preprocessor, directory):

@@ -20,7 +20,7 @@ RAW_KEYS = ("text", "regions", "boxes", "image_size")
 
 def _is_one_image_size(image_size):
     """Whether `image_size` is one `(height, width)` rather than one per image."""
-    return len(image_size) == 2 and all(isinstance(side, (int, float)) or getattr(side, "ndim", 1) == 0 for side in image_size)
+    return len(image_size) == 2 and all(np.ndim(side) == 0 for side in image_size)
 
 
 @register

@@ -1,0 +1,192 @@
+"""Publishing a native preset directory to the Hugging Face Hub.
+
+`upload_preset` sends a directory written by `save_to_preset` to a Hub repo
+through `huggingface_hub` (`create_repo`, `create_branch`, `upload_folder`),
+so it honours `HF_ENDPOINT` and the user's login like every other Hub tool.
+"""
+
+import json
+from pathlib import Path
+
+from attention_zoo_keras.hub.preset_format import CONFIG_FILE
+from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
+from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
+from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.source import HF_PREFIX
+from attention_zoo_keras.hub.weights import INDEX_FILE
+
+# Files of an earlier preset that would be read with the new one if they were
+# left in the repo: weights (a sharded preset replacing a single file, or the
+# other way round) and the preprocessor of a preset that has none now. They are
+# deleted from the revision unless the new preset has them too.
+_STALE_PATTERNS = ["*.safetensors", INDEX_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE]
+# Hidden files (editor backups, an interrupted save's staging folders) are
+# never part of a preset.
+_IGNORE_PATTERNS = [".*", "*/.*"]
+
+
+class PresetUploadError(OSError):
+    """Publishing a preset to the Hub failed; the local directory is untouched."""
+
+
+def _parse_upload_handle(handle):
+    """`(repo_id, revision or None)` of `"hf://org/name[@revision]"`."""
+    expected = "expected 'hf://org/name' or 'hf://org/name@revision'"
+    if not isinstance(handle, str) or not handle.startswith(HF_PREFIX):
+        raise ValueError(f"Cannot upload to {handle!r}: {expected}.")
+    repo_id, at, revision = handle[len(HF_PREFIX) :].partition("@")
+    parts = repo_id.split("/")
+    if len(parts) != 2 or not all(parts) or (at and not revision):
+        raise ValueError(f"Cannot upload to {handle!r}: {expected}.")
+    return repo_id, revision or None
+
+
+def _check_native_preset(directory):
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"Cannot upload '{directory}': it is not a directory.")
+    config_path = path / CONFIG_FILE
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        config = None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot upload '{directory}': its {CONFIG_FILE} is unreadable ({error}).") from error
+    if not is_native(config):
+        raise ValueError(
+            f"Cannot upload '{directory}': it is not a native attention_zoo_keras preset "
+            f"(no {CONFIG_FILE} written by `save_to_preset`). Save the model with "
+            "`model.save_to_preset(directory)` first."
+        )
+    return path
+
+
+def _http_status(error):
+    """The HTTP status of the first `HfHubHTTPError` in `error`'s cause chain."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, HfHubHTTPError) and error.response is not None:
+            return error.response.status_code
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def upload_preset(
+    handle,
+    directory,
+    revision=None,
+    private=False,
+    token=None,
+    commit_message=None,
+    create_pr=False,
+):
+    """Publishes a native preset directory to a Hugging Face Hub repo.
+
+    The repo is created if it does not exist (`private` only applies then),
+    and so is the branch `revision` (from the head of `main`). All the files
+    of `directory` go in one commit; weights and preprocessor files of an
+    earlier preset that the new one lacks (`model.safetensors` replaced by
+    shards, say) are deleted in that commit, so that what loads from the repo
+    is exactly this preset. Other files already in the repo are kept. Files the
+    repo already has with the same content are not uploaded again, and if
+    nothing changed no commit is made. The local directory is only read.
+
+    Args:
+        handle: `"hf://org/name"`, optionally `"hf://org/name@revision"`.
+        directory: a directory written by `save_to_preset`.
+        revision: the branch to commit to (default: the handle's revision,
+            else `"main"`); created if it does not exist.
+        private: whether a repo this call creates is private.
+        token: a Hugging Face access token with write access to `org`;
+            defaults to the logged-in token (`hf auth login` or `HF_TOKEN`).
+        commit_message: the commit's summary (default: "Upload <class> preset").
+        create_pr: open a pull request against `main` instead of committing
+            to it (not with a `revision` other than `main`).
+
+    Returns:
+        The `huggingface_hub.CommitInfo` of the commit: `oid` is the commit
+        hash, `pr_url` the pull request's address with `create_pr`. When
+        nothing changed, no commit is made and `oid` is the revision's current
+        head commit.
+
+    Raises:
+        ValueError: `handle` is not an `hf://org/name[@revision]` handle,
+            `directory` is not a native preset, or `revision` contradicts the
+            handle's.
+        PresetUploadError: no token is available, the token is invalid or
+            cannot write to the repo, or the upload failed. The local preset is
+            unchanged in every case, and a failed upload makes no commit
+            (running the call again resumes it: files the Hub already stores
+            are not sent twice).
+
+    Example:
+
+    >>> import attention_zoo_keras as azk                                  # doctest: +SKIP
+    >>> classifier.save_to_preset("./my_classifier")                       # doctest: +SKIP
+    >>> info = azk.upload_preset("hf://my-org/my-classifier", "./my_classifier")  # doctest: +SKIP
+    >>> azk.models.BertTextClassifier.from_preset("hf://my-org/my-classifier")    # doctest: +SKIP
+    """
+    repo_id, handle_revision = _parse_upload_handle(handle)
+    if revision is not None and handle_revision is not None and revision != handle_revision:
+        raise ValueError(
+            f"revision={revision!r} contradicts the revision of {handle!r}; give only one."
+        )
+    revision = revision or handle_revision
+    if create_pr and revision not in (None, "main"):
+        raise ValueError(f"create_pr=True opens a pull request against 'main'; it cannot go to {revision!r}.")
+    path = _check_native_preset(directory)
+
+    import huggingface_hub
+    from huggingface_hub.errors import LocalTokenNotFoundError
+
+    where = HF_PREFIX + repo_id + (f"@{revision}" if revision else "")
+    no_token = (
+        f"Cannot upload to {where}: no Hugging Face token. Log in with `hf auth login`, "
+        "set the HF_TOKEN environment variable, or pass token=..."
+    )
+    token = token or huggingface_hub.get_token()
+    if not token:
+        raise PresetUploadError(no_token)
+    if commit_message is None:
+        class_name = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("class_name", "model")
+        commit_message = f"Upload {class_name} preset"
+
+    api = huggingface_hub.HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(path),
+            revision=revision,
+            commit_message=commit_message,
+            create_pr=create_pr,
+            ignore_patterns=list(_IGNORE_PATTERNS),
+            delete_patterns=list(_STALE_PATTERNS),
+        )
+    except LocalTokenNotFoundError as error:
+        raise PresetUploadError(no_token) from error
+    except Exception as error:  # noqa: BLE001 - every failure gets the same guarantees
+        status = _http_status(error)
+        if status == 401:
+            message = (
+                f"Cannot upload to {where}: invalid token (the Hub refused it). Check it, or log in "
+                "again with `hf auth login`."
+            )
+        elif status == 403:
+            message = (
+                f"Cannot upload to {where}: this token cannot write to {repo_id}. Use a token with "
+                f"write access to the '{repo_id.split('/')[0]}' namespace."
+            )
+        elif isinstance(error, (OSError, RuntimeError, ValueError)):
+            message = (
+                f"Uploading '{path}' to {where} failed: {error}. The local preset is intact; "
+                "run upload_preset again to retry (files the Hub already has are not sent again)."
+            )
+        else:
+            raise
+        raise PresetUploadError(message) from error

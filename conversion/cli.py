@@ -1,0 +1,441 @@
+"""`python -m conversion`: convert upstream checkpoints into native
+attention_zoo_keras presets, verify them against the reference
+implementation, and publish them to the Hugging Face Hub.
+
+Usage (from the repository root):
+
+    python -m conversion list [--family FAMILY]
+    python -m conversion convert PRESET --out DIR [--no-verify]
+    python -m conversion convert SRC --class CLASS --out DIR [--no-verify]
+    python -m conversion convert --all --out DIR [--no-verify]
+    python -m conversion verify DIR --reference SRC
+    python -m conversion publish DIR hf://org/name [--revision R] [--private]
+
+PRESET is a named preset (`python -m conversion list`); its JSON says which
+checkpoint to download and which class to build. SRC is `hf://org/repo[@rev]`
+or a local directory in `transformers` format, and then `--class` names the
+class to build (`BertBackbone`, `GPTCausalLM`, ...). Downloads go through
+`huggingface_hub` (its cache; `HF_ENDPOINT` and `HF_HUB_OFFLINE` apply);
+the weights are mapped by the library's own converters.
+
+`convert` saves the preset, loads it back and, unless `--no-verify`, runs it
+and the reference (`transformers`) on the same random inputs: the largest
+|ours - reference| of each output, the tolerance (1e-4, fp32), the backend
+and the versions are recorded under "parity" in `metadata.json` and as a
+"Parity" section of the model card (`README.md`). `verify` does the same for
+an existing native preset. `--all` converts every named preset into
+DIR/<name>, continuing past failures.
+
+Exit codes: 0 success; 1 a conversion or verification failed (parity above
+the tolerance, a download or conversion error; with `--all`, any preset);
+2 a usage error (unknown preset, missing `--class`, a directory that is not
+a native preset, ...).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:  # the per-family scripts import their neighbours by bare name
+    sys.path.insert(0, str(_HERE))
+
+from verifiers import TOLERANCE  # noqa: E402
+from verifiers import NoVerifierError  # noqa: E402
+from verifiers import has_verifier  # noqa: E402
+from verifiers import verifier_for  # noqa: E402
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake: reported on stderr with exit code 2."""
+
+
+class ParityError(Exception):
+    """The converted preset differs from the reference above the tolerance."""
+
+    def __init__(self, parity):
+        self.parity = parity
+        worst = max(parity["max_abs_difference"].values(), default=float("nan"))
+        super().__init__(f"parity FAILED: max |ours - reference| {worst:.2e} > tolerance {parity['tolerance']:g}")
+
+
+def _error(message):
+    print(f"error: {message}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _looks_like_source(text):
+    from attention_zoo_keras.hub.source import HF_PREFIX
+    from attention_zoo_keras.hub.source import PresetSource
+
+    return text.startswith(HF_PREFIX) or PresetSource._looks_like_path(text)
+
+
+def _resolve(preset_or_src, class_name):
+    """`(handle, model class, catalog entry or None)` for `convert`."""
+    import attention_zoo_keras as azk
+    from attention_zoo_keras.hub.catalog import UnknownPresetError
+    from attention_zoo_keras.hub.catalog import get_preset
+
+    entry = None
+    if not _looks_like_source(preset_or_src):
+        try:
+            entry = get_preset(preset_or_src)
+        except UnknownPresetError as error:
+            raise UsageError(str(error)) from error
+        class_name = class_name or entry["class_name"]
+    elif class_name is None:
+        raise UsageError(
+            f"'{preset_or_src}' is a checkpoint source, not a named preset: pass --class to say which "
+            "class to build (e.g. --class BertBackbone, --class GPTCausalLM, --class ViTImageClassifier, "
+            "--class TransformerSeq2SeqLM)."
+        )
+    elif not preset_or_src.startswith("hf://") and not Path(preset_or_src).expanduser().is_dir():
+        raise UsageError(f"source directory '{preset_or_src}' does not exist.")
+    try:
+        model_cls = azk.registration.registered_class(class_name, source="--class")
+    except Exception as error:  # UnregisteredClassError: lists close names
+        raise UsageError(str(error)) from error
+    return preset_or_src, model_cls, entry
+
+
+def _native_config(directory):
+    """The `config.json` of a native preset directory, or a `UsageError`."""
+    from attention_zoo_keras.hub.preset_format import is_native
+
+    directory = Path(directory)
+    path = directory / "config.json"
+    if not directory.is_dir():
+        raise UsageError(f"'{directory}' is not a directory.")
+    if not path.is_file():
+        raise UsageError(f"'{directory}' is not a native attention_zoo_keras preset: it has no config.json.")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"'{path}' is not valid JSON: {error}") from error
+    if not is_native(config):
+        raise UsageError(
+            f"'{directory}' is not a native attention_zoo_keras preset (its config.json was not written by "
+            "this library; a transformers checkpoint is converted first: python -m conversion convert)."
+        )
+    return config
+
+
+def _versions():
+    import importlib.metadata
+
+    import keras
+
+    import attention_zoo_keras as azk
+
+    versions = {"attention_zoo_keras": azk.__version__, "keras": keras.__version__}
+    backend = keras.backend.backend()
+    for package in ("transformers", "torch", {"jax": "jax", "tensorflow": "tensorflow"}.get(backend)):
+        if package and package not in versions:
+            try:
+                versions[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    return versions
+
+
+def verify_preset(directory, reference):
+    """Runs the native preset in `directory` and the reference implementation
+    on `reference` (a handle) on the same inputs, and records the parity in
+    the preset. Returns the parity record.
+
+    Raises:
+        UsageError: `directory` is no native preset, or `reference` is unknown.
+        NoVerifierError: no verifier applies.
+    """
+    import keras
+
+    from attention_zoo_keras.hub.catalog import UnknownPresetError
+    from attention_zoo_keras.hub.preset_format import record_parity
+    from attention_zoo_keras.hub.source import PresetFileError
+    from attention_zoo_keras.hub.source import PresetSource
+    from attention_zoo_keras.registration import registered_class
+
+    config = _native_config(directory)
+    try:
+        source = PresetSource.of(reference)
+    except (UnknownPresetError, PresetFileError) as error:
+        raise UsageError(f"--reference: {error}") from error
+    model_cls = registered_class(config["class_name"], source=f"config.json of '{directory}'")
+    model = model_cls.from_preset(str(directory))
+    family = getattr(getattr(model, "backbone", model), "family", None)
+    verifier = verifier_for(family, type(model).__name__, source.config_overrides)
+    result = verifier(model, source)
+    differences = result["max_abs_difference"]
+    passed = bool(differences) and all(math.isfinite(value) and value <= TOLERANCE for value in differences.values())
+    parity = {
+        "passed": passed,
+        "reference": result["reference"],
+        "source": str(reference),
+        "max_abs_difference": differences,
+        "tolerance": TOLERANCE,
+        "dtype": "float32",
+        "inputs": result.get("inputs"),
+        "backend": keras.backend.backend(),
+        "versions": _versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    record_parity(directory, parity)
+    return parity
+
+
+def _print_parity(parity, out=None):
+    out = out or sys.stdout
+    status = "passed" if parity["passed"] else "FAILED"
+    print(f"parity against {parity['reference']} ({parity['backend']}): {status}", file=out)
+    for name, value in parity["max_abs_difference"].items():
+        print(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})", file=out)
+
+
+def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
+    """Converts `handle` into a `model_cls` native preset at `out`; unless
+    `verify` is false, verifies it. Returns the parity record (or `None`).
+
+    Raises:
+        ParityError: the preset (saved, with the failed parity recorded)
+            differs from the reference above the tolerance.
+    """
+    import state_dict
+
+    model = state_dict.convert(model_cls, handle)
+    model.save_to_preset(out)
+    echo(f"saved {type(model).__name__} from {handle} to {out}")
+    if not verify:
+        return None
+    family = getattr(getattr(model, "backbone", model), "family", None)
+    overrides = (entry or {}).get("config_overrides")
+    try:
+        verifier_for(family, type(model).__name__, overrides)
+        del model
+        parity = verify_preset(out, handle)
+    except NoVerifierError as reason:
+        echo(f"not verified: {reason}")
+        return None
+    for name, value in parity["max_abs_difference"].items():
+        echo(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})")
+    if not parity["passed"]:
+        raise ParityError(parity)
+    echo(f"parity against {parity['reference']}: passed")
+    return parity
+
+
+# -------------------------------------------------------------------- commands
+
+
+def _command_list(args):
+    import attention_zoo_keras as azk
+
+    presets = azk.list_presets(family=args.family)
+    if not presets:
+        raise UsageError(f"no presets of the family '{args.family}'.")
+    rows = [("name", "class", "family", "source", "verifier")]
+    for name, entry in sorted(presets.items()):
+        rows.append((name, entry["class_name"], entry["family"], entry["source"], "yes" if has_verifier(entry) else "no"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for index, row in enumerate(rows):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+    return EXIT_OK
+
+
+def _command_convert(args):
+    if args.all:
+        if args.preset_or_src is not None or args.class_name is not None:
+            raise UsageError("--all converts every named preset: give no PRESET_OR_SRC and no --class with it.")
+        return _convert_all(args)
+    if args.preset_or_src is None:
+        raise UsageError("give a named preset or a source (PRESET_OR_SRC), or --all.")
+    handle, model_cls, entry = _resolve(args.preset_or_src, args.class_name)
+    try:
+        convert_one(handle, model_cls, args.out, verify=not args.no_verify, entry=entry)
+    except ParityError as error:
+        _print_parity(error.parity, sys.stderr)
+        _error(f"{error}; the preset in {args.out} records the failed parity.")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _convert_all(args):
+    import attention_zoo_keras as azk
+    from attention_zoo_keras.registration import registered_class
+    from tqdm.auto import tqdm
+
+    presets = azk.list_presets()
+    failures = {}
+    out = Path(args.out)
+    progress = tqdm(sorted(presets), desc="converting", unit="preset", file=sys.stderr)
+    for name in progress:
+        progress.set_postfix_str(name)
+        entry = presets[name]
+        try:
+            convert_one(
+                name,
+                registered_class(entry["class_name"], source=f"preset '{name}'"),
+                out / name,
+                verify=not args.no_verify,
+                entry=entry,
+                echo=tqdm.write,
+            )
+        except Exception as error:  # noqa: BLE001 - every failure is reported at the end
+            failures[name] = f"{type(error).__name__}: {error}"
+            tqdm.write(f"{name}: FAILED ({failures[name].splitlines()[0]})", file=sys.stderr)
+    progress.close()
+    converted = len(presets) - len(failures)
+    print(f"converted {converted} of {len(presets)} presets into {out}")
+    if failures:
+        print(f"{len(failures)} failed:", file=sys.stderr)
+        for name, reason in failures.items():
+            print(f"  {name}: {reason}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _command_verify(args):
+    try:
+        parity = verify_preset(args.directory, args.reference)
+    except NoVerifierError as error:
+        raise UsageError(f"cannot verify '{args.directory}': {error}.") from error
+    _print_parity(parity)
+    if not parity["passed"]:
+        _error(f"{ParityError(parity)}; recorded in {Path(args.directory) / 'metadata.json'}.")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _upload_preset():
+    import attention_zoo_keras as azk
+
+    upload = getattr(azk, "upload_preset", None)
+    if upload is None:
+        try:
+            from attention_zoo_keras.hub.upload import upload_preset as upload
+        except ImportError as error:
+            raise UsageError(
+                f"publishing needs attention_zoo_keras.upload_preset, which this installation lacks ({error})."
+            ) from error
+    return upload
+
+
+def _command_publish(args):
+    _native_config(args.directory)
+    if not args.handle.startswith("hf://"):
+        raise UsageError(f"'{args.handle}' is not a hub handle; expected hf://org/name.")
+    metadata_path = Path(args.directory) / "metadata.json"
+    metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.is_file() else {}
+    parity = metadata.get("parity")
+    if parity is not None and not parity.get("passed") and not args.allow_failed_parity:
+        raise UsageError(
+            f"'{args.directory}' failed its parity check ({metadata_path}); fix it, or pass "
+            "--allow-failed-parity to publish it anyway."
+        )
+    if parity is None:
+        print(f"note: '{args.directory}' records no parity check (python -m conversion verify).", file=sys.stderr)
+    upload = _upload_preset()
+    result = upload(args.handle, args.directory, revision=args.revision, private=args.private)
+    print(f"published {args.directory} to {args.handle}" + (f"@{args.revision}" if args.revision else ""))
+    if result is not None:
+        print(result)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m conversion",
+        description="Convert upstream checkpoints into native attention_zoo_keras presets, verify them "
+        "against the reference implementation, and publish them.",
+        epilog="Exit codes: 0 success, 1 a conversion or verification failed, 2 a usage error.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    listing = commands.add_parser(
+        "list", help="list the named presets", description="Every named preset: class, family, source, and "
+        "whether a verifier exists for it."
+    )
+    listing.add_argument("--family", help="only the presets of this family (bert, gpt, vit, ...)")
+    listing.set_defaults(run=_command_list)
+
+    convert = commands.add_parser(
+        "convert",
+        help="convert a named preset or a checkpoint into a native preset",
+        description="Download a checkpoint, convert it with the library's converter, save it as a native "
+        "preset, and verify it against the reference implementation (tolerance 1e-4, fp32).",
+    )
+    convert.add_argument(
+        "preset_or_src", nargs="?", metavar="PRESET_OR_SRC",
+        help="a named preset (see `list`), or hf://org/repo[@revision] or a local directory in "
+        "transformers format (with --class)",
+    )
+    convert.add_argument("--class", dest="class_name", metavar="CLASS",
+                         help="the class to build from a raw source, e.g. BertBackbone or GPTCausalLM "
+                         "(named presets say it themselves)")
+    convert.add_argument("--out", required=True, metavar="DIR",
+                         help="where the native preset goes (with --all: DIR/<name> for each preset)")
+    convert.add_argument("--no-verify", action="store_true", help="skip the comparison with the reference")
+    convert.add_argument("--all", action="store_true",
+                         help="convert every named preset, continuing past failures (exit 1 if any failed)")
+    convert.set_defaults(run=_command_convert)
+
+    verify = commands.add_parser(
+        "verify",
+        help="verify a native preset against the reference implementation",
+        description="Run the native preset and the reference implementation (transformers) on the same "
+        "random inputs; record max |ours - reference| per output, the tolerance, the backend and the versions "
+        "in metadata.json ('parity') and the model card. Exit 1 above the tolerance.",
+    )
+    verify.add_argument("directory", metavar="DIR", help="a native preset directory")
+    verify.add_argument("--reference", required=True, metavar="SRC",
+                        help="the checkpoint it was converted from: hf://org/repo[@revision], a local "
+                        "transformers directory, or a named preset")
+    verify.set_defaults(run=_command_verify)
+
+    publish = commands.add_parser(
+        "publish",
+        help="upload a native preset to the Hugging Face Hub",
+        description="Upload a native preset directory to a hub repository (attention_zoo_keras.upload_preset).",
+    )
+    publish.add_argument("directory", metavar="DIR", help="a native preset directory")
+    publish.add_argument("handle", metavar="HANDLE", help="hf://org/name")
+    publish.add_argument("--revision", help="the branch to upload to (default: main)")
+    publish.add_argument("--private", action="store_true", help="create the repository as private")
+    publish.add_argument("--allow-failed-parity", action="store_true",
+                         help="publish even if the preset's recorded parity check failed")
+    publish.set_defaults(run=_command_publish)
+    return parser
+
+
+def main(argv=None):
+    """Runs the command line; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        _error(str(error))
+        return EXIT_USAGE
+    except ParityError as error:  # pragma: no cover - handled by the commands
+        _error(str(error))
+        return EXIT_FAILED
+    except Exception as error:  # noqa: BLE001 - a failed download or conversion: say what, exit 1
+        from attention_zoo_keras.hub.source import PresetFileError
+
+        if not isinstance(error, (PresetFileError, ValueError, TypeError, OSError, ImportError)):
+            raise
+        _error(f"{type(error).__name__}: {error}")
+        return EXIT_FAILED

@@ -1,0 +1,392 @@
+"""`python -m conversion`: list, convert (named presets, hub and local
+sources, --all), verify (parity recorded in metadata.json and the model
+card) and publish, on tiny random `transformers` checkpoints."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from safetensors.numpy import save_file
+
+import attention_zoo_keras as azk
+from attention_zoo_keras.hub import catalog
+from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 - fixture
+from tests.models.transformer.conftest import tiny_marian_checkpoint  # noqa: F401 - fixture
+from tests.models.transformer.conftest import tiny_marian_tokenizer_files  # noqa: F401 - fixture
+from tests.models.vit.test_vit_backbone import tiny_vit_checkpoints  # noqa: F401 - fixture
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "conversion"))
+import cli  # noqa: E402
+
+TOLERANCE = 1e-4
+BERT_TINY_REPO = "google/bert_uncased_L-2_H-128_A-2"  # where presets/bert_tiny.json points
+
+
+def run(capsys, *argv):
+    """`(exit code, stdout, stderr)` of the command line."""
+    code = cli.main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def metadata(directory):
+    return json.loads((Path(directory) / "metadata.json").read_text())
+
+
+def assert_parity_recorded(directory, reference, outputs):
+    parity = metadata(directory)["parity"]
+    assert parity["passed"] is True and parity["reference"] == reference
+    assert set(parity["max_abs_difference"]) == set(outputs)
+    assert all(0 <= value < TOLERANCE for value in parity["max_abs_difference"].values())
+    assert parity["tolerance"] == TOLERANCE and parity["dtype"] == "float32"
+    import keras
+
+    assert parity["backend"] == keras.backend.backend()
+    versions = parity["versions"]
+    assert versions["attention_zoo_keras"] == azk.__version__ and versions["keras"] == keras.__version__
+    assert "transformers" in versions and "torch" in versions
+    card = (Path(directory) / "README.md").read_text()
+    assert card.startswith("---\n") and "## Configuration" in card  # the card is still whole
+    section = card[card.index("## Parity") :]
+    assert f"`{reference}`" in section and "passed" in section and parity["backend"] in section
+    for name in outputs:
+        assert f"`{name}`" in section
+    return parity
+
+
+# --------------------------------------------------------------------- list
+
+
+def test_list_shows_every_preset_with_class_source_and_verifier(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    lines = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert set(lines) == set(azk.list_presets())
+    assert lines["bert_tiny"] == ["bert_tiny", "BertBackbone", "bert", f"hf://{BERT_TINY_REPO}", "yes"]
+    assert lines["vit_base_patch16_224"][-1] == "yes" and lines["transformer_opus_mt_en_de"][-1] == "yes"
+    assert lines["gpt2"][-1] == "yes"
+    # GPT-2's weights in another architecture: transformers computes something else.
+    assert lines["linear_transformer_gpt2"][-1] == "no"
+    assert lines["vilbert_multitask"][-1] == "no" and lines["transformer_xl_wt103"][-1] == "no"
+
+    code, out, _ = run(capsys, "list", "--family", "vit")
+    assert code == 0 and all(" vit " in line for line in out.splitlines()[2:]) and "bert_tiny" not in out
+
+
+# ------------------------------------------------------ convert and verify
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "class_name", "reference", "outputs"),
+    [
+        ("bert/model", "BertBackbone", "transformers.BertModel", {"sequence_output", "pooled_output"}),
+        ("bert/masked_lm", "BertMaskedLM", "transformers.BertForMaskedLM", {"logits"}),
+        ("bert/classifier", "BertTextClassifier", "transformers.BertForSequenceClassification", {"logits"}),
+        ("gpt/lm", "GPTCausalLM", "transformers.GPT2LMHeadModel", {"logits"}),
+        ("vit/model", "ViTBackbone", "transformers.ViTModel", {"sequence_output", "pooled_output"}),
+        ("vit/classifier", "ViTImageClassifier", "transformers.ViTForImageClassification", {"logits"}),
+        ("marian", "TransformerSeq2SeqLM", "transformers.MarianMTModel", {"logits"}),
+    ],
+)
+def test_convert_and_verify_a_local_checkpoint(
+    request, capsys, tmp_path, checkpoint, class_name, reference, outputs
+):
+    family, _, name = checkpoint.partition("/")
+    fixture = {
+        "bert": "tiny_bert_checkpoints", "gpt": "tiny_gpt2_checkpoints",
+        "vit": "tiny_vit_checkpoints", "marian": "tiny_marian_checkpoint",
+    }[family]
+    checkpoints = request.getfixturevalue(fixture)
+    source = checkpoints[name] if name else checkpoints
+    out = tmp_path / "native"
+
+    code, stdout, stderr = run(capsys, "convert", source, "--class", class_name, "--out", out)
+
+    assert code == 0, stderr
+    assert "passed" in stdout
+    assert json.loads((out / "config.json").read_text())["class_name"] == class_name
+    parity = assert_parity_recorded(out, reference, outputs)
+    assert parity["source"] == str(source)
+
+    # `verify` on its own re-runs it, and replaces the record (one Parity section).
+    code, stdout, _ = run(capsys, "verify", out, "--reference", source)
+    assert code == 0 and "passed" in stdout
+    assert_parity_recorded(out, reference, outputs)
+    assert (out / "README.md").read_text().count("## Parity") == 1
+
+
+def test_convert_and_verify_a_reformer_with_the_scripts_verifier(capsys, tmp_path):
+    import transformers
+
+    from tests.conftest import _perturbed
+
+    config = transformers.ReformerConfig(
+        hidden_size=16, num_attention_heads=2, attention_head_size=8, feed_forward_size=32, lsh_attn_chunk_length=4,
+        local_attn_chunk_length=4, axial_pos_shape=[4, 6], axial_pos_embds_dim=[8, 8], max_position_embeddings=24,
+        is_decoder=True, pad_token_id=0, hidden_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0,
+        vocab_size=258, attn_layers=["local", "lsh"], num_hashes=2, num_buckets=[2, 2], eos_token_id=1,
+    )
+    _perturbed(transformers.ReformerModelWithLMHead(config), 2).save_pretrained(tmp_path / "reformer")
+
+    code, _, stderr = run(capsys, "convert", tmp_path / "reformer", "--class", "ReformerCausalLM", "--out", tmp_path / "n")
+
+    assert code == 0, stderr
+    parity = assert_parity_recorded(tmp_path / "n", "transformers.ReformerModelWithLMHead", {"logits"})
+    assert "2 sequences of 24" in parity["inputs"]  # the longest the positions and chunks allow
+
+
+def test_convert_a_hub_source(local_hub, tiny_gpt2_checkpoints, capsys, tmp_path):  # noqa: F811
+    local_hub.add_repo("zoo-org/tiny-gpt2", tiny_gpt2_checkpoints["model"])
+    code, _, stderr = run(capsys, "convert", "hf://zoo-org/tiny-gpt2", "--class", "GPTBackbone", "--out", tmp_path / "n")
+    assert code == 0, stderr
+    parity = assert_parity_recorded(tmp_path / "n", "transformers.GPT2Model", {"sequence_output"})
+    assert parity["source"] == "hf://zoo-org/tiny-gpt2"
+    assert ("GET", "/zoo-org/tiny-gpt2/resolve/main/model.safetensors") in local_hub.requests
+
+
+def test_convert_a_named_preset_from_the_hub(local_hub, tiny_bert_checkpoints, capsys, tmp_path):
+    local_hub.add_repo(BERT_TINY_REPO, tiny_bert_checkpoints["model"])  # the tiny model, where bert_tiny points
+
+    code, stdout, stderr = run(capsys, "convert", "bert_tiny", "--out", tmp_path / "bert_tiny")
+
+    assert code == 0, stderr
+    parity = assert_parity_recorded(tmp_path / "bert_tiny", "transformers.BertModel", {"sequence_output", "pooled_output"})
+    assert parity["source"] == "bert_tiny"
+    assert ("GET", f"/{BERT_TINY_REPO}/resolve/main/model.safetensors") in local_hub.requests
+    backbone = azk.models.BertBackbone.from_preset(str(tmp_path / "bert_tiny"))
+    assert backbone.hidden_dim == 32
+
+
+def test_no_verify_saves_without_a_parity_record(tiny_bert_checkpoints, capsys, tmp_path):
+    code, _, _ = run(
+        capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", tmp_path / "n", "--no-verify"
+    )
+    assert code == 0 and "parity" not in metadata(tmp_path / "n")
+    assert "## Parity" not in (tmp_path / "n" / "README.md").read_text()
+
+
+def test_a_preset_without_a_verifier_is_saved_and_says_so(local_hub, tiny_gpt2_checkpoints, capsys, tmp_path):  # noqa: F811
+    local_hub.add_repo("openai-community/gpt2", tiny_gpt2_checkpoints["model"])
+    code, stdout, _ = run(capsys, "convert", "linear_transformer_gpt2", "--out", tmp_path / "n")
+    assert code == 0 and "not verified" in stdout and "architecture" in stdout
+    assert "parity" not in metadata(tmp_path / "n")
+    assert azk.models.GPTBackbone.from_preset(str(tmp_path / "n")).attention == "linear"
+
+
+def test_convert_all_continues_past_failures(local_hub, tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
+    local_hub.add_repo(BERT_TINY_REPO, tiny_bert_checkpoints["model"])
+    entries = {
+        "bert_tiny": catalog.get_preset("bert_tiny"),
+        "a_missing_one": {**catalog.get_preset("bert_tiny"), "name": "a_missing_one", "source": "hf://zoo-org/missing"},
+        "bert_tiny_again": {**catalog.get_preset("bert_tiny"), "name": "bert_tiny_again"},
+    }
+    monkeypatch.setattr(catalog, "_catalog", lambda: entries)
+
+    code, stdout, stderr = run(capsys, "convert", "--all", "--out", tmp_path / "all")
+
+    assert code == 1
+    assert "converted 2 of 3 presets" in stdout
+    assert "1 failed" in stderr and "a_missing_one: PresetFileError" in stderr and "repository not found" in stderr
+    assert "converting" in stderr  # the progress bar
+    assert sorted(path.name for path in (tmp_path / "all").iterdir()) == ["bert_tiny", "bert_tiny_again"]
+    for name in ("bert_tiny", "bert_tiny_again"):
+        assert metadata(tmp_path / "all" / name)["parity"]["passed"] is True
+
+
+def test_convert_all_succeeds_when_every_preset_does(local_hub, tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
+    local_hub.add_repo(BERT_TINY_REPO, tiny_bert_checkpoints["model"])
+    entries = {"bert_tiny": catalog.get_preset("bert_tiny")}
+    monkeypatch.setattr(catalog, "_catalog", lambda: entries)
+    code, stdout, _ = run(capsys, "convert", "--all", "--out", tmp_path / "all", "--no-verify")
+    assert code == 0 and "converted 1 of 1 presets" in stdout
+
+
+def _perturb(directory):
+    weights_file = Path(directory) / "model.safetensors"
+    weights = load_file(str(weights_file))
+    key = next(key for key in sorted(weights) if key.endswith("kernel") and weights[key].ndim == 2)
+    weights[key] = weights[key] + np.float32(0.05)
+    save_file(weights, str(weights_file))
+    return key
+
+
+def test_verify_fails_on_a_perturbed_weight(tiny_bert_checkpoints, capsys, tmp_path):
+    source = tiny_bert_checkpoints["classifier"]
+    out = tmp_path / "native"
+    assert run(capsys, "convert", source, "--class", "BertTextClassifier", "--out", out)[0] == 0
+    _perturb(out)
+
+    code, stdout, stderr = run(capsys, "verify", out, "--reference", source)
+
+    assert code == 1
+    assert "FAILED" in stdout and "parity FAILED" in stderr and "tolerance 0.0001" in stderr
+    parity = metadata(out)["parity"]
+    assert parity["passed"] is False and parity["max_abs_difference"]["logits"] > TOLERANCE
+    card = (out / "README.md").read_text()
+    assert card.count("## Parity") == 1 and "FAILED" in card[card.index("## Parity") :]
+
+
+def test_convert_with_failing_parity_exits_non_zero(tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
+    import verifiers
+
+    original = verifiers.VERIFIERS["bert"]
+
+    def off_by_a_bit(model, source):
+        result = original(model, source)
+        result["max_abs_difference"] = {name: value + 1e-3 for name, value in result["max_abs_difference"].items()}
+        return result
+
+    monkeypatch.setitem(verifiers.VERIFIERS, "bert", off_by_a_bit)
+    out = tmp_path / "native"
+    code, _, stderr = run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)
+    assert code == 1 and "parity FAILED" in stderr and str(out) in stderr
+    assert metadata(out)["parity"]["passed"] is False
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_errors(tiny_bert_checkpoints, capsys, tmp_path):
+    code, _, err = run(capsys, "convert", "bert_tinyy", "--out", tmp_path / "x")
+    assert code == 2 and "Unknown preset 'bert_tinyy'" in err and "Did you mean: bert_tiny" in err
+
+    code, _, err = run(capsys, "convert", tiny_bert_checkpoints["model"], "--out", tmp_path / "x")
+    assert code == 2 and "not a named preset: pass --class" in err
+
+    code, _, err = run(capsys, "convert", "hf://zoo-org/whatever", "--out", tmp_path / "x")
+    assert code == 2 and "--class" in err
+
+    code, _, err = run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbon", "--out", tmp_path / "x")
+    assert code == 2 and "BertBackbon" in err and "BertBackbone" in err
+
+    code, _, err = run(capsys, "convert", str(tmp_path / "nowhere"), "--class", "BertBackbone", "--out", tmp_path / "x")
+    assert code == 2 and "does not exist" in err
+
+    code, _, err = run(capsys, "convert", "bert_tiny", "--all", "--out", tmp_path / "x")
+    assert code == 2 and "--all" in err
+
+    code, _, err = run(capsys, "convert", "--out", tmp_path / "x")
+    assert code == 2 and "--all" in err
+
+    # A transformers checkpoint, an empty folder and a missing one are no native presets.
+    for directory in (tiny_bert_checkpoints["model"], tmp_path, tmp_path / "nowhere"):
+        code, _, err = run(capsys, "verify", directory, "--reference", tiny_bert_checkpoints["model"])
+        assert code == 2 and "native" in err or "not a directory" in err
+    code, _, err = run(capsys, "verify", tiny_bert_checkpoints["model"], "--reference", tiny_bert_checkpoints["model"])
+    assert code == 2 and "not written by this library" in err
+
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", tmp_path / "n",
+               "--no-verify")[0] == 0
+    code, _, err = run(capsys, "verify", tmp_path / "n", "--reference", "bert_tinyy")
+    assert code == 2 and "--reference" in err and "Did you mean: bert_tiny" in err
+
+    with pytest.raises(SystemExit) as exit_info:  # argparse: --reference is required
+        cli.main(["verify", str(tmp_path / "n")])
+    assert exit_info.value.code == 2 and "--reference" in capsys.readouterr().err
+
+
+def test_a_download_failure_exits_1(local_hub, capsys, tmp_path):
+    code, _, err = run(capsys, "convert", "hf://zoo-org/missing", "--class", "BertBackbone", "--out", tmp_path / "x")
+    assert code == 1 and "repository not found" in err
+    assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ publish
+
+
+@pytest.fixture
+def native_preset(tiny_bert_checkpoints, capsys, tmp_path):
+    out = tmp_path / "native"
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)[0] == 0
+    return out
+
+
+def test_publish_calls_upload_preset(native_preset, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        azk, "upload_preset", lambda handle, directory, **options: calls.append((handle, directory, options)),
+        raising=False,
+    )
+    code, stdout, _ = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert", "--revision", "v1", "--private")
+    assert code == 0 and "published" in stdout
+    assert calls == [("hf://zoo-org/tiny-bert", str(native_preset), {"revision": "v1", "private": True})]
+
+    calls.clear()
+    assert run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert")[0] == 0
+    assert calls[0][2] == {"revision": None, "private": False}
+
+
+def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(azk, "upload_preset", lambda *args, **kwargs: calls.append(args), raising=False)
+    code, _, err = run(capsys, "publish", tiny_bert_checkpoints["model"], "hf://zoo-org/tiny-bert")
+    assert code == 2 and "not a native" in err
+    code, _, err = run(capsys, "publish", native_preset, "zoo-org/tiny-bert")
+    assert code == 2 and "hf://org/name" in err
+    _perturb(native_preset)
+    assert run(capsys, "verify", native_preset, "--reference", tiny_bert_checkpoints["model"])[0] == 1
+    code, _, err = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert")
+    assert code == 2 and "failed its parity check" in err and "--allow-failed-parity" in err
+    assert calls == []
+    assert run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert", "--allow-failed-parity")[0] == 0
+    assert len(calls) == 1
+
+
+def _has_upload_module():
+    return (ROOT / "attention_zoo_keras" / "hub" / "upload.py").is_file()
+
+
+@pytest.mark.skipif(not _has_upload_module(), reason="attention_zoo_keras/hub/upload.py (upload_preset) is not written yet")
+def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_path, monkeypatch):
+    from tests.hub_server import LocalHub
+    from tests.hub_server import close_client_session
+    from tests.hub_server import configure_client
+
+    with LocalHub(tmp_path / "hub", tokens={"hf_writer": {"zoo-org"}}) as hub:
+        configure_client(monkeypatch, hub, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
+        monkeypatch.setenv("HF_TOKEN", "hf_writer")
+        try:
+            code, stdout, err = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert-native", "--revision", "v1")
+            assert code == 0, err
+            assert "published" in stdout
+            loaded = azk.models.BertBackbone.from_preset("hf://zoo-org/tiny-bert-native@v1")
+            card = azk.hub.PresetSource("hf://zoo-org/tiny-bert-native@v1").require("README.md").read_text()
+            assert "## Parity" in card
+        finally:
+            close_client_session()
+    expected = azk.models.BertBackbone.from_preset(str(native_preset))
+    for ours, theirs in zip(loaded.weights, expected.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs))
+
+
+# ------------------------------------------------------- python -m conversion
+
+
+def test_python_dash_m_conversion(tmp_path):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "conversion", "--help"], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    for command in ("list", "convert", "verify", "publish"):
+        assert command in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "conversion", "list"], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "bert_tiny" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "conversion", "verify", str(tmp_path), "--reference", str(tmp_path)],
+        cwd=ROOT, env=environment, capture_output=True, text=True,
+    )
+    assert done.returncode == 2 and "no config.json" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "conversion"], cwd=ROOT, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 2
