@@ -18,13 +18,18 @@ class to build (`BertBackbone`, `GPTCausalLM`, ...). Downloads go through
 `huggingface_hub` (its cache; `HF_ENDPOINT` and `HF_HUB_OFFLINE` apply);
 the weights are mapped by the library's own converters.
 
-`convert` saves the preset, loads it back and, unless `--no-verify`, runs it
-and the reference (`transformers`) on the same random inputs: the largest
-|ours - reference| of each output, the tolerance (1e-4, fp32), the backend
-and the versions are recorded under "parity" in `metadata.json` and as a
-"Parity" section of the model card (`README.md`). `verify` does the same for
-an existing native preset. `--all` converts every named preset into
-DIR/<name>, continuing past failures.
+`convert` saves the preset (a backbone with its family's preprocessor, so
+that tasks can be built from it) in a staging directory next to `--out`,
+records the source checkpoint, loads it back and, unless `--no-verify`,
+runs it and the reference (`transformers`) on the same random inputs: the
+largest |ours - reference| of each output, the tolerance (1e-4, fp32), the
+backend and the versions are recorded under "parity" in `metadata.json` and
+as a "Parity" section of the model card (`README.md`). Only a preset that
+passed (or has no verifier, or `--no-verify`) is moved to `--out`; a failed
+one leaves `--out` as it was. `verify` does the same check for an existing
+native preset. `--all` converts every named preset into DIR/<name>,
+continuing past failures. The ViLBERT authors' checkpoints are converted
+with `python conversion/convert_vilbert.py` (their own file layout).
 
 Exit codes: 0 success; 1 a conversion or verification failed (parity above
 the tolerance, a download or conversion error; with `--all`, any preset);
@@ -45,7 +50,7 @@ if str(_HERE) not in sys.path:  # the per-family scripts import their neighbours
 
 from verifiers import TOLERANCE  # noqa: E402
 from verifiers import NoVerifierError  # noqa: E402
-from verifiers import has_verifier  # noqa: E402
+from verifiers import unverifiable_reason  # noqa: E402
 from verifiers import verifier_for  # noqa: E402
 
 EXIT_OK = 0
@@ -201,35 +206,59 @@ def _print_parity(parity, out=None):
         print(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})", file=out)
 
 
+def _save_converted(model, handle, entry, directory, echo):
+    """Saves a converted model as a native preset in `directory`: a backbone
+    with its family's preprocessor (so that its tasks can be built from the
+    preset), and the source checkpoint recorded in the metadata and card."""
+    import state_dict
+
+    from attention_zoo_keras.hub.preset_format import record_source
+
+    model.save_to_preset(directory)
+    if getattr(model, "preprocessor", None) is None:
+        preprocessor = state_dict.source_preprocessor(handle)
+        if preprocessor is None:
+            echo(f"note: {handle} has no tokenizer files; the preset has no preprocessor")
+        else:
+            preprocessor.save_to_preset(directory)
+    record_source(directory, entry.get("source", str(handle)), entry.get("license"), entry.get("description"))
+
+
 def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
     """Converts `handle` into a `model_cls` native preset at `out`; unless
     `verify` is false, verifies it. Returns the parity record (or `None`).
 
+    The preset is saved and verified in a staging directory next to `out`
+    and moved into place only when it passed (or was not verified).
+
     Raises:
-        ParityError: the preset (saved, with the failed parity recorded)
-            differs from the reference above the tolerance.
+        ParityError: the converted model differs from the reference above
+            the tolerance; `out` is left as it was.
     """
     import state_dict
 
+    from attention_zoo_keras.hub.atomic import atomic_directory
+
+    entry = entry or {}
     model = state_dict.convert(model_cls, handle)
-    model.save_to_preset(out)
-    echo(f"saved {type(model).__name__} from {handle} to {out}")
-    if not verify:
-        return None
     family = getattr(getattr(model, "backbone", model), "family", None)
-    overrides = (entry or {}).get("config_overrides")
-    try:
-        verifier_for(family, type(model).__name__, overrides)
-        del model
-        parity = verify_preset(out, handle)
-    except NoVerifierError as reason:
-        echo(f"not verified: {reason}")
-        return None
-    for name, value in parity["max_abs_difference"].items():
-        echo(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})")
-    if not parity["passed"]:
-        raise ParityError(parity)
-    echo(f"parity against {parity['reference']}: passed")
+    parity = None
+    with atomic_directory(out) as staging:
+        _save_converted(model, handle, entry, staging, echo)
+        if verify:
+            try:
+                verifier_for(family, type(model).__name__, entry.get("config_overrides"))
+            except NoVerifierError as reason:
+                echo(f"not verified: {reason}")
+            else:
+                del model
+                parity = verify_preset(staging, handle)
+                for name, value in parity["max_abs_difference"].items():
+                    echo(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})")
+                if not parity["passed"]:
+                    raise ParityError(parity)
+                echo(f"parity against {parity['reference']}: passed")
+    echo(f"saved {model_cls.__name__} from {handle} to {out}")
     return parity
 
 
@@ -243,13 +272,19 @@ def _command_list(args):
     if not presets:
         raise UsageError(f"no presets of the family '{args.family}'.")
     rows = [("name", "class", "family", "source", "verifier")]
+    unverifiable = {}  # reason -> names
     for name, entry in sorted(presets.items()):
-        rows.append((name, entry["class_name"], entry["family"], entry["source"], "yes" if has_verifier(entry) else "no"))
+        reason = unverifiable_reason(entry)
+        if reason is not None:
+            unverifiable.setdefault(reason, []).append(name)
+        rows.append((name, entry["class_name"], entry["family"], entry["source"], "no" if reason else "yes"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for index, row in enumerate(rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
         if index == 0:
             print("  ".join("-" * width for width in widths))
+    for reason, names in unverifiable.items():
+        print(f"\nnot verifiable: {', '.join(names)}: {reason}.")
     return EXIT_OK
 
 
@@ -265,7 +300,7 @@ def _command_convert(args):
         convert_one(handle, model_cls, args.out, verify=not args.no_verify, entry=entry)
     except ParityError as error:
         _print_parity(error.parity, sys.stderr)
-        _error(f"{error}; the preset in {args.out} records the failed parity.")
+        _error(f"{error}; nothing was written to {args.out}.")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -317,20 +352,6 @@ def _command_verify(args):
     return EXIT_OK
 
 
-def _upload_preset():
-    import attention_zoo_keras as azk
-
-    upload = getattr(azk, "upload_preset", None)
-    if upload is None:
-        try:
-            from attention_zoo_keras.hub.upload import upload_preset as upload
-        except ImportError as error:
-            raise UsageError(
-                f"publishing needs attention_zoo_keras.upload_preset, which this installation lacks ({error})."
-            ) from error
-    return upload
-
-
 def _command_publish(args):
     _native_config(args.directory)
     if not args.handle.startswith("hf://"):
@@ -345,11 +366,11 @@ def _command_publish(args):
         )
     if parity is None:
         print(f"note: '{args.directory}' records no parity check (python -m conversion verify).", file=sys.stderr)
-    upload = _upload_preset()
-    result = upload(args.handle, args.directory, revision=args.revision, private=args.private)
-    print(f"published {args.directory} to {args.handle}" + (f"@{args.revision}" if args.revision else ""))
-    if result is not None:
-        print(result)
+    from attention_zoo_keras import upload_preset
+
+    commit = upload_preset(args.handle, args.directory, revision=args.revision, private=args.private)
+    where = args.handle + (f"@{args.revision}" if args.revision else "")
+    print(f"published {args.directory} to {where} (commit {commit.oid})")
     return EXIT_OK
 
 

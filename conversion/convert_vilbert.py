@@ -72,6 +72,7 @@ import keras
 import numpy as np
 
 from attention_zoo_keras.hub.atomic import atomic_directory
+from attention_zoo_keras.hub.preset_format import record_source
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.bert import BertTokenizer
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
@@ -135,6 +136,7 @@ UNUSED_SUFFIXES = (".biOutput.q_dense1.weight", ".biOutput.q_dense1.bias",
                    ".biOutput.q_dense2.weight", ".biOutput.q_dense2.bias")
 VERIFY_SEED = 1234
 TOLERANCE = 1e-6
+LICENSE = "mit"  # facebookresearch/vilbert-multi-task
 
 
 class ConversionError(Exception):
@@ -382,6 +384,7 @@ def main(argv=None):
             print(f"skipped {len(skipped)} tensors of heads this task does not use: {', '.join(heads)}")
         with atomic_directory(args.dest) as staging:
             model.save_to_preset(staging)
+            record_source(staging, f"the authors' {Path(args.checkpoint).name} (vilbert-multi-task)", LICENSE)
             difference = verify(model, staging)
             print(f"max |converted - reloaded from the preset| on random inputs: {difference:.2e}")
             if difference > TOLERANCE:

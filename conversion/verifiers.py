@@ -13,7 +13,16 @@ The CLI (`python -m conversion verify`) adds the tolerance, backend and
 versions and records the result in the preset's `metadata.json` and model
 card. Verifiers are registered by family name (`VERIFIERS`); `verifier_for`
 says which one applies to a preset, or why none does.
+
+A preset whose `config_overrides` change its source's architecture is
+verified only where its family's verifier declares that it handles those
+overrides (`register(family, overrides=...)`): the verifier then reads our
+model's configuration and runs a reference of the same architecture (GPT-2
+with linear attention: `transformers.GPT2Model` whose attention function is
+`causal_linear_attention_reference`).
 """
+
+import math
 
 import numpy as np
 
@@ -24,15 +33,38 @@ SEQUENCE_LENGTH = 16
 BATCH_SIZE = 2
 
 VERIFIERS = {}
+# {family: {config key: values}}: the `config_overrides` a family's verifier
+# handles (it reads the model's configuration and runs a matching reference).
+HANDLED_OVERRIDES = {}
+# Families whose reference implementation cannot be installed next to this
+# library, and where their converters are checked instead.
+NO_INSTALLABLE_REFERENCE = {
+    "transformer_xl": "transformers removed Transformer-XL in 5.0 (4.37.2, its last working release, is not "
+    "installable next to this library's transformers); the library's tests check the converter against golden "
+    "outputs of transformers 4.37.2 (fixtures/transfo_xl)",
+    "vilbert": "the reference is the authors' vilbert-multi-task code, which needs PyTorch 1.x; the library's "
+    "tests check the converter (conversion/convert_vilbert.py) against golden outputs of that code "
+    "(fixtures/vilbert)",
+}
 
 
 class NoVerifierError(ValueError):
     """No verifier applies to this preset (family, class or architecture)."""
 
 
-def register(family):
+def register(family, overrides=None):
+    """Decorator: `function(model, source)` verifies the presets of `family`.
+
+    Args:
+        family: the backbone's `family`.
+        overrides: `{config key: tuple of values}`, the `config_overrides`
+            (a preset's changes to its source's architecture) that the
+            verifier handles; any other override means it has no reference.
+    """
+
     def decorate(function):
         VERIFIERS[family] = function
+        HANDLED_OVERRIDES[family] = {key: tuple(values) for key, values in (overrides or {}).items()}
         return function
 
     return decorate
@@ -41,11 +73,15 @@ def register(family):
 def verifier_for(family, class_name=None, config_overrides=None):
     """The verifier function for a preset, or raises `NoVerifierError`
     saying why there is none."""
-    if config_overrides:
+    handled = HANDLED_OVERRIDES.get(family, {})
+    unhandled = sorted(key for key, value in (config_overrides or {}).items() if value not in handled.get(key, ()))
+    if unhandled:
         raise NoVerifierError(
-            f"the preset changes the architecture of its source ({', '.join(sorted(config_overrides))}), "
+            f"the preset changes the architecture of its source ({', '.join(unhandled)}), "
             "so the reference implementation computes something else"
         )
+    if family in NO_INSTALLABLE_REFERENCE:
+        raise NoVerifierError(NO_INSTALLABLE_REFERENCE[family])
     if family not in VERIFIERS:
         raise NoVerifierError(
             f"no verifier for the '{family}' family (verifiers exist for: {', '.join(sorted(VERIFIERS))})"
@@ -53,13 +89,14 @@ def verifier_for(family, class_name=None, config_overrides=None):
     return VERIFIERS[family]
 
 
-def has_verifier(entry):
-    """Whether a catalog entry (`azk.list_presets()` value) can be verified."""
+def unverifiable_reason(entry):
+    """Why no verifier applies to a catalog entry (`azk.list_presets()`
+    value), or `None` if one does."""
     try:
         verifier_for(entry["family"], entry["class_name"], entry.get("config_overrides"))
-    except NoVerifierError:
-        return False
-    return True
+    except NoVerifierError as reason:
+        return str(reason)
+    return None
 
 
 def reference_directory(source):
@@ -177,14 +214,112 @@ def verify_bert(model, source):
     }
 
 
-@register("gpt")
+# ---------------------------------------------------------------- GPT
+
+
+LINEAR_ATTENTION_EPS = 1e-6  # the authors' code (fast-transformers): added once to the denominator
+LINEAR_REFERENCE = "linear_attention_katharopoulos2020"  # its name in transformers' AttentionInterface
+
+
+def causal_linear_attention_reference(query, key, value, eps=LINEAR_ATTENTION_EPS, attention_mask=None):
+    """Causal linear attention (Katharopoulos, Vyas, Pappas and Fleuret, 2020,
+    "Transformers are RNNs", eqs. 4-7 and 9), written in torch from the paper:
+
+        V'_i = φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) V_jᵀ / (φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) + eps),
+        φ(x) = elu(x) + 1,
+
+    with no 1/√d scaling and `eps` added once, after the dot product φ(Q_i)ᵀz
+    (as in the authors' `fast-transformers`). Computed in the masked O(L²)
+    form Σ_j A_ij V_j / (Σ_j A_ij + eps), A_ij = φ(Q_i)ᵀφ(K_j)·[j ≤ i]·mask_ij,
+    in float64, and returned in the query's dtype. This is the independent
+    reference of the verifier: it does not use attention_zoo_keras.
+
+    Args:
+        query, key: `(batch, heads, length, key_dim)` torch tensors.
+        value: `(batch, heads, length, value_dim)`.
+        eps: added to the denominator.
+        attention_mask: optional, broadcastable to `(batch, heads, length,
+            length)`: boolean (`True` where query i may see key j) or additive
+            float (0 where it may); combined with the causal mask.
+
+    Returns:
+        `(batch, heads, length, value_dim)`.
+    """
+    import torch
+
+    length = query.shape[-2]
+    phi_query = torch.nn.functional.elu(query.double()) + 1
+    phi_key = torch.nn.functional.elu(key.double()) + 1
+    keep = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
+    if attention_mask is not None:
+        mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        keep = keep & mask[..., -length:, -length:]
+    similarity = (phi_query @ phi_key.transpose(-1, -2)) * keep  # A_ij = φ(Q_i)ᵀφ(K_j), j ≤ i
+    numerator = similarity @ value.double()  # φ(Q_i)ᵀ Σ_{j≤i} φ(K_j)V_jᵀ
+    denominator = similarity.sum(dim=-1, keepdim=True) + eps  # φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) + eps
+    return (numerator / denominator).to(query.dtype)
+
+
+def _linear_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """`causal_linear_attention_reference` behind transformers' attention
+    function interface: `(batch, heads, length, dim)` in, `(batch, length,
+    heads, dim)` out, no attention weights. `scaling` (GPT-2's 1/√d) is not
+    used: the paper has none."""
+    del module, scaling, kwargs
+    if dropout:
+        raise ValueError("linear attention has no attention dropout; run the reference in eval mode")
+    output = causal_linear_attention_reference(query, key, value, attention_mask=attention_mask)
+    return output.transpose(1, 2).contiguous(), None
+
+
+def _register_linear_reference(transformers):
+    """Registers the linear attention (and, for its padding mask, the boolean
+    `sdpa` mask) under `LINEAR_REFERENCE` in transformers' interfaces."""
+    from transformers.masking_utils import sdpa_mask
+
+    transformers.AttentionInterface.register(LINEAR_REFERENCE, _linear_attention_forward)
+    transformers.AttentionMaskInterface.register(LINEAR_REFERENCE, sdpa_mask)
+    return LINEAR_REFERENCE
+
+
+def _gpt_attention(backbone):
+    """`"softmax"` or `"linear"` (with the paper's feature map and eps), or
+    raises `NoVerifierError`: the GPT-2 reference has no other attention."""
+    attention = getattr(backbone, "attention", "softmax")
+    options = dict(getattr(backbone, "attention_options", None) or {})
+    if attention == "linear":
+        options.pop("chunk_size", None)  # how it is computed, not what
+        feature_map = options.pop("feature_map", "elu_plus_one")
+        eps = options.pop("eps", LINEAR_ATTENTION_EPS)
+        if feature_map == "elu_plus_one" and eps == LINEAR_ATTENTION_EPS and not options:
+            return attention
+    elif attention == "softmax" and not options:
+        return attention
+    raise NoVerifierError(
+        f"the GPT verifier runs softmax attention and linear attention (elu+1, eps {LINEAR_ATTENTION_EPS:g}); "
+        f"this model has attention='{attention}' with options {getattr(backbone, 'attention_options', None) or {}}"
+    )
+
+
+@register("gpt", overrides={"attention": ("softmax", "linear"), "attention_dropout": (0.0,)})
 def verify_gpt(model, source):
     """GPTCausalLM against `GPT2LMHeadModel` (logits), GPTBackbone against
-    `GPT2Model` (sequence output), on right-padded random ids."""
+    `GPT2Model` (sequence output), on right-padded random ids, compared at
+    the real positions.
+
+    With `attention="linear"` in our model's config (a preset's override, or
+    a preset converted with it: the source need not say so), the reference
+    is the same transformers model loaded from the same checkpoint with its
+    attention function replaced by `causal_linear_attention_reference`
+    (registered in `transformers.AttentionInterface`). Real positions never
+    see padded keys (causal attention, right padding), so the comparison at
+    them does not depend on how padding is masked."""
     torch, transformers = _modules()
     name = _check_class(model, {"GPTBackbone", "GPTCausalLM"}, "GPT")
+    backbone = _backbone(model)
+    attention = _gpt_attention(backbone)
     directory = reference_directory(source)
-    config = _backbone(model).get_config()
+    config = backbone.get_config()
     rng = np.random.default_rng(SEED)
     length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
     token_ids = rng.integers(0, config["vocabulary_size"], (BATCH_SIZE, length)).astype("int32")
@@ -192,21 +327,31 @@ def verify_gpt(model, source):
     theirs = {"input_ids": torch.tensor(token_ids, dtype=torch.long), "attention_mask": torch.tensor(mask)}
     ours = {"token_ids": token_ids, "padding_mask": mask}
     real = mask.astype(bool)
+    reference_cls = transformers.GPT2LMHeadModel if name == "GPTCausalLM" else transformers.GPT2Model
+    options = {}
+    if attention == "linear":
+        options["attn_implementation"] = _register_linear_reference(transformers)
+    reference = reference_cls.from_pretrained(directory, **options).eval()
+    if attention == "linear" and reference.config._attn_implementation != LINEAR_REFERENCE:
+        raise RuntimeError(
+            f"transformers did not take the linear reference attention (it uses "
+            f"'{reference.config._attn_implementation}')"
+        )
+    with torch.no_grad():
+        expected = reference(**theirs)
     if name == "GPTCausalLM":
-        reference_cls = transformers.GPT2LMHeadModel
-        reference = reference_cls.from_pretrained(directory).eval()
-        with torch.no_grad():
-            expected = reference(**theirs).logits.numpy()
-        differences = {"logits": _difference(model(ours), expected, real)}
+        differences = {"logits": _difference(model(ours), expected.logits.numpy(), real)}
     else:
-        reference_cls = transformers.GPT2Model
-        reference = reference_cls.from_pretrained(directory).eval()
-        with torch.no_grad():
-            expected = reference(**theirs).last_hidden_state.numpy()
-        differences = {"sequence_output": _difference(model(ours)["sequence_output"], expected, real)}
+        differences = {
+            "sequence_output": _difference(model(ours)["sequence_output"], expected.last_hidden_state.numpy(), real)
+        }
+    described = f"transformers.{reference_cls.__name__}"
+    if attention == "linear":
+        described += " with linear attention (Katharopoulos et al. 2020, elu+1)"
     return {
-        "reference": f"transformers.{reference_cls.__name__}",
-        "inputs": f"random token ids (seed {SEED}), {BATCH_SIZE} sequences of {length}, one right-padded",
+        "reference": described,
+        "inputs": f"random token ids (seed {SEED}), {BATCH_SIZE} sequences of {length}, one right-padded; "
+        "compared at the real positions (causal: they never see padded keys)",
         "max_abs_difference": differences,
     }
 
@@ -300,8 +445,6 @@ def verify_marian(model, source):
 def reformer_verify_length(config, longest=256):
     """The longest sequence up to `longest` that the Reformer takes: within its
     positions (the axial shape's product) and a multiple of both chunk lengths."""
-    import math
-
     positions = math.prod(config["axial_pos_shape"])
     if config.get("max_sequence_length"):
         positions = min(positions, int(config["max_sequence_length"]))
@@ -310,20 +453,53 @@ def reformer_verify_length(config, longest=256):
     return max(length, chunk)
 
 
-@register("reformer")
-def verify_reformer(model, source):
-    """ReformerCausalLM against `ReformerModelWithLMHead` (logits), with the
-    same LSH rotations: `convert_reformer.verify`."""
-    _modules()
-    _check_class(model, {"ReformerCausalLM"}, "Reformer")
-    import convert_reformer
+REFORMER_ROTATION_SEED = 1234
 
-    reference_directory(source)
-    config = model.backbone.get_config()
-    length = reformer_verify_length(config)
-    difference = convert_reformer.verify(model, source, length)
+
+def _shared_reformer_rotations(model, reference, torch):
+    """Makes both Reformers hash with the same random rotations: transformers'
+    `hash_seed` is fixed, and the rotations it draws from that seed
+    (`torch.manual_seed; torch.randn`) are handed to our LSH branches
+    (`ReformerAttention.rotations`). Returns our LSH branches."""
+    from attention_zoo_keras.attention.lsh import lsh_rotations_shape
+
+    for module in reference.modules():
+        if hasattr(module, "hash_seed"):
+            module.hash_seed = REFORMER_ROTATION_SEED
+    backbone = model.backbone
+    branches = [branch for branch in backbone.attention_branches if branch.attention == "lsh"]
+    if branches:
+        torch.manual_seed(REFORMER_ROTATION_SEED)
+        shape = lsh_rotations_shape(backbone.num_heads, backbone.head_dim, backbone.num_hashes, backbone.num_buckets)
+        rotations = torch.randn(shape).numpy()
+        for branch in branches:
+            branch.rotations = rotations
+    return branches
+
+
+@register("reformer")
+def verify_reformer(model, source, length=None):
+    """ReformerCausalLM against `ReformerModelWithLMHead` (logits of random
+    ids, `length` tokens, by default `reformer_verify_length`), both hashing
+    with the same LSH rotations. transformers 5.x leaves out `lm_head.bias`,
+    which the original model adds, so it is added to their logits."""
+    torch, transformers = _modules()
+    _check_class(model, {"ReformerCausalLM"}, "Reformer")
+    directory = reference_directory(source)
+    length = length or reformer_verify_length(model.backbone.get_config())
+    reference = transformers.ReformerModelWithLMHead.from_pretrained(directory).eval()
+    branches = _shared_reformer_rotations(model, reference, torch)
+    token_ids = np.random.default_rng(SEED).integers(0, model.backbone.vocabulary_size, (BATCH_SIZE, length))
+    try:
+        with torch.no_grad():
+            expected = reference(torch.tensor(token_ids)).logits.numpy() + reference.lm_head.bias.numpy()
+        logits = model({"token_ids": token_ids.astype("int32"), "padding_mask": np.ones_like(token_ids, "int32")})
+    finally:
+        for branch in branches:
+            branch.rotations = None
     return {
         "reference": "transformers.ReformerModelWithLMHead",
-        "inputs": f"random token ids (seed {convert_reformer.VERIFY_SEED}), 2 sequences of {length}, shared LSH rotations",
-        "max_abs_difference": {"logits": difference},
+        "inputs": f"random token ids (seed {SEED}), {BATCH_SIZE} sequences of {length}, the same LSH rotations "
+        f"(hash seed {REFORMER_ROTATION_SEED})",
+        "max_abs_difference": {"logits": _difference(logits, expected)},
     }

@@ -40,14 +40,32 @@ Upload side (`create_repo`, `create_branch`, `upload_folder`, `upload_file`,
   files): the client drops unchanged files from the commit, and makes no
   commit at all when nothing changed.
 * ``POST /{org}/{name}.git/info/lfs/objects/batch`` (git-lfs batch API, upload,
-  ``basic`` transfer): an object the server already stores gets no
+  ``basic`` transfer, plus ``multipart`` when the client offers it and the hub
+  has a ``multipart_chunk_size``): an object the server already stores gets no
   ``actions`` (the client skips its upload); the others get an ``upload``
-  action (a signed ``PUT`` URL on this server, no ``chunk_size``, so never
-  multipart) and a ``verify`` action.
+  action and a ``verify`` action. The ``upload`` action is a signed ``PUT``
+  URL on this server, without ``chunk_size`` (a single PUT), unless the object
+  is larger than ``multipart_chunk_size``: then it is a multipart upload, as
+  the Hub answers for large files: its ``header`` holds ``chunk_size`` and one
+  signed part URL per part (keys ``"00001"``, ``"00002"``...; parts of
+  ``chunk_size`` bytes, the last one shorter), and its ``href`` is the signed
+  completion URL.
 * ``PUT /lfs-upload/{oid}?size=N&sig=...``: the object's bytes (plain or
   chunked body, no ``Authorization`` header needed: the signature is the
   authorisation, as with a pre-signed storage URL); 400 unless the bytes have
   that size and sha256. Objects are stored by sha256 outside the repos.
+* ``PUT /lfs-multipart/{oid}/part/{n}?size=N&chunk=C&sig=...``: part ``n``
+  (1-based) of a multipart upload, signed as the single PUT is; 400 unless it
+  has ``C`` bytes (the last part: what is left). Stored aside (a part sent
+  again replaces it) and answered with an empty body and an ``ETag`` header,
+  the quoted md5 of the part, as S3 does.
+* ``POST /lfs-multipart/{oid}/complete?size=N&chunk=C&sig=...`` (JSON ``oid``,
+  ``parts``: ``[{"partNumber": 1, "etag": ...}, ...]``; the client sends no
+  ``Authorization`` here either, the signature authorises): needs every part,
+  each once, with the etag its PUT was answered (quotes optional), else 400;
+  assembles them and, if the result has the object's size and sha256 (422
+  otherwise), stores it as the single PUT does, so that the verify call, the
+  commit and downloads work alike. A refused completion stores no object.
 * ``POST /{org}/{name}.git/info/lfs/objects/verify`` (JSON ``oid``, ``size``).
 * ``POST /api/models/{org}/{name}/commit/{revision}[?create_pr=1]``: the ndjson
   body of ``header`` (``summary``, ``description``, optional
@@ -62,15 +80,15 @@ Upload side (`create_repo`, `create_branch`, `upload_folder`, `upload_file`,
   before uploading it): always valid.
 * ``GET /api/whoami-v2``: the token's user (its first namespace, sorted) and orgs.
 
-Every upload-side call except the LFS ``PUT`` needs ``Authorization: Bearer
+Every upload-side call except the LFS ``PUT`` requests and the multipart completion needs ``Authorization: Bearer
 <token>``: no token or an unknown one is a 401 (an unknown one with the
 message ``Invalid credentials in Authorization header``, which the client
 does not mistake for a missing repo), a valid token without write rights on
 the repo's namespace a 403. ``LocalHub.fail`` makes a named endpoint answer an
 error (once, a given number of times, or until `LocalHub.clear_failures`) to
 test failures in the middle of an upload; note that the client retries 429 and
-5xx answers of preupload, LFS batch, upload and verify calls with back-off, but
-not of the commit call.
+5xx answers of preupload, LFS batch, upload (single, part and multipart
+completion) and verify calls with back-off, but not of the commit call.
 
 Errors carry the ``X-Error-Code`` header that `hf_raise_for_status` maps to an
 exception: ``RepoNotFound`` -> `RepositoryNotFoundError`, ``RevisionNotFound``
@@ -128,7 +146,8 @@ _REPO_TYPE_PREFIXES = ("datasets", "spaces", "kernels")  # only model repos are 
 
 #: Endpoints `LocalHub.fail` can make fail, by name.
 FAILABLE_ENDPOINTS = (
-    "create-repo", "branch", "preupload", "lfs-batch", "lfs-upload", "lfs-verify", "commit", "validate-yaml",
+    "create-repo", "branch", "preupload", "lfs-batch", "lfs-upload", "lfs-part", "lfs-complete", "lfs-verify",
+    "commit", "validate-yaml",
 )
 #: Files stored through LFS whatever their size, as the Hub's default ``.gitattributes`` says.
 _LFS_SUFFIXES = (
@@ -175,6 +194,9 @@ class LocalHub:
         tokens: the valid access tokens, each mapped to the namespaces (users or
             organizations) it may write to: ``{"hf_writer": {"me", "my-org"}}``.
             A token may read the private repos of the namespaces it can write to.
+        multipart_chunk_size: when set, the LFS batch API answers a multipart
+            upload (parts of this many bytes) for objects larger than this, as
+            the Hub does for large files; otherwise every object is one PUT.
 
     Attributes:
         root: the served directory.
@@ -189,8 +211,14 @@ class LocalHub:
         cache_dir: the client cache directory, when `configure_client` set one.
     """
 
-    def __init__(self, root: pathlib.Path, tokens: Mapping[str, Iterable[str]] | None = None):
+    def __init__(
+        self, root: pathlib.Path, tokens: Mapping[str, Iterable[str]] | None = None,
+        multipart_chunk_size: int | None = None,
+    ):
+        if multipart_chunk_size is not None and multipart_chunk_size < 1:
+            raise ValueError(f"multipart_chunk_size must be positive, got {multipart_chunk_size}")
         self.root = pathlib.Path(root)
+        self.multipart_chunk_size = multipart_chunk_size
         self.root.mkdir(parents=True, exist_ok=True)
         self.tokens: dict[str, frozenset[str]] = {
             token: frozenset([namespaces] if isinstance(namespaces, str) else namespaces)
@@ -262,10 +290,13 @@ class LocalHub:
         """Make the next ``times`` requests to ``endpoint`` fail with ``status``.
 
         ``endpoint`` is one of `FAILABLE_ENDPOINTS` (``"lfs-upload"`` is the PUT
-        of an LFS object, ``"commit"`` the commit call). ``times=None`` fails
+        of a whole LFS object, ``"lfs-part"`` the PUT of a part of a multipart
+        upload, ``"lfs-complete"`` its completion POST, ``"commit"`` the
+        commit call). ``times=None`` fails
         every request until `clear_failures`: the client retries 429 and 5xx
         answers of some calls (preupload, LFS batch, upload and verify) with
-        back-off, so a single failure would go unnoticed there. A failing
+        back-off, so a single failure would go unnoticed there (parts and
+        completions included). A failing
         request changes nothing on the server.
         """
         if endpoint not in FAILABLE_ENDPOINTS:
@@ -298,8 +329,9 @@ class LocalHub:
     def _namespaces(self, token: str | None) -> frozenset[str]:
         return self.tokens.get(token, frozenset()) if token else frozenset()
 
-    def _upload_url_signature(self, oid: str, size: int) -> str:
-        return hmac.new(self._secret, f"{oid}:{size}".encode(), hashlib.sha256).hexdigest()
+    def _upload_url_signature(self, oid: str, size: int, *more: Any) -> str:
+        message = ":".join(str(x) for x in (oid, size, *more))
+        return hmac.new(self._secret, message.encode(), hashlib.sha256).hexdigest()
 
     def commit_hash(self, repo_id: str, revision: str = "main") -> str:
         """The 40-hex commit the server reports for ``repo_id`` at ``revision``."""
@@ -477,6 +509,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._api(segments[2:], query, body)
             elif self.command == "PUT" and len(segments) == 2 and segments[0] == "lfs-upload":
                 self._lfs_upload(segments[1], query, body)
+            elif (self.command == "PUT" and len(segments) == 4 and segments[0] == "lfs-multipart"
+                  and segments[2] == "part"):
+                self._lfs_part(segments[1], segments[3], query, body)
+            elif (self.command == "POST" and len(segments) == 3 and segments[0] == "lfs-multipart"
+                  and segments[2] == "complete"):
+                self._lfs_complete(segments[1], query, body)
             elif (self.command == "POST" and len(segments) == 6 and segments[1].endswith(".git")
                   and segments[2:5] == ["info", "lfs", "objects"] and segments[5] in ("batch", "verify")):
                 repo_id = unquote(segments[0]) + "/" + unquote(segments[1][: -len(".git")])
@@ -659,6 +697,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise _Error(400, None, "LocalHub's LFS batch API only does uploads")
         if "basic" not in (payload.get("transfers") or ["basic"]):
             raise _Error(400, None, "LocalHub only offers the 'basic' LFS transfer")
+        chunk_size = self.hub.multipart_chunk_size
+        multipart = chunk_size is not None and "multipart" in (payload.get("transfers") or ["basic"])
+        any_multipart = False
         objects = []
         for obj in payload.get("objects") or []:
             oid, size = obj.get("oid"), obj.get("size")
@@ -668,18 +709,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif self.hub.has_lfs_object(oid) and (self.hub._lfs_dir / oid).stat().st_size == size:
                 objects.append({"oid": oid, "size": size})  # already stored: no actions, no upload
             else:
-                signature = self.hub._upload_url_signature(oid, size)
+                if multipart and size > chunk_size:
+                    any_multipart = True
+                    upload = self._multipart_action(oid, size, chunk_size)
+                else:
+                    signature = self.hub._upload_url_signature(oid, size)
+                    upload = {"href": f"{self.hub.url}/lfs-upload/{oid}?size={size}&sig={signature}", "header": {}}
                 repo_url = f"{self.hub.url}/{quote(repo_id)}.git/info/lfs/objects"
                 objects.append({
                     "oid": oid, "size": size, "authenticated": True,
-                    "actions": {
-                        "upload": {"href": f"{self.hub.url}/lfs-upload/{oid}?size={size}&sig={signature}",
-                                   "header": {}},
-                        "verify": {"href": f"{repo_url}/verify", "header": {}},
-                    },
+                    "actions": {"upload": upload, "verify": {"href": f"{repo_url}/verify", "header": {}}},
                 })
-        self._send_json({"transfer": "basic", "objects": objects, "hash_algo": "sha256"},
+        transfer = "multipart" if any_multipart else "basic"
+        self._send_json({"transfer": transfer, "objects": objects, "hash_algo": "sha256"},
                         content_type="application/vnd.git-lfs+json")
+
+    def _multipart_action(self, oid: str, size: int, chunk_size: int) -> dict[str, Any]:
+        """The ``upload`` action of a multipart upload: signed part URLs and the completion URL."""
+        base = f"{self.hub.url}/lfs-multipart/{oid}"
+        query = f"size={size}&chunk={chunk_size}"
+        header: dict[str, str] = {"chunk_size": str(chunk_size)}
+        for number in range(1, _num_parts(size, chunk_size) + 1):
+            signature = self.hub._upload_url_signature(oid, size, chunk_size, "part", number)
+            header[f"{number:05d}"] = f"{base}/part/{number}?{query}&sig={signature}"
+        signature = self.hub._upload_url_signature(oid, size, chunk_size, "complete")
+        return {"href": f"{base}/complete?{query}&sig={signature}", "header": header}
 
     def _lfs_upload(self, oid: str, query: dict[str, list[str]], body: bytes) -> None:
         # Like a pre-signed storage URL: no Authorization header, the signature authorises.
@@ -693,10 +747,87 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._failure_point("lfs-upload")
         if len(body) != size or hashlib.sha256(body).hexdigest() != oid:
             raise _Error(400, None, f"Uploaded content does not match oid {oid} and size {size}")
+        self._store_lfs_object(oid, body)
+        self._send_json({})
+
+    def _store_lfs_object(self, oid: str, content: bytes) -> None:
+        """Stores an uploaded LFS object under its oid, atomically."""
         target = self.hub._lfs_dir / oid
         temporary = target.with_name(f".{oid}.{secrets.token_hex(4)}")
+        temporary.write_bytes(content)
+        os.replace(temporary, target)
+
+    def _multipart_query(self, oid: str, query: dict[str, list[str]], *signed: Any) -> tuple[int, int]:
+        """(size, chunk size) of a signed multipart URL; 403 if it is not one this server signed."""
+        try:
+            size, chunk_size = int(query.get("size", [""])[0]), int(query.get("chunk", [""])[0])
+        except ValueError:
+            raise _Error(403, None, "Invalid upload URL") from None
+        signature = query.get("sig", [""])[0]
+        if not hmac.compare_digest(signature, self.hub._upload_url_signature(oid, size, chunk_size, *signed)):
+            raise _Error(403, None, "Invalid upload URL signature")
+        if not _SHA256_RE.match(oid) or size < 1 or chunk_size < 1:
+            raise _Error(400, None, "Invalid multipart upload")
+        return size, chunk_size
+
+    def _parts_dir(self, oid: str, size: int, chunk_size: int) -> pathlib.Path:
+        return self.hub._lfs_dir / ".multipart" / f"{oid}-{size}-{chunk_size}"
+
+    def _lfs_part(self, oid: str, part: str, query: dict[str, list[str]], body: bytes) -> None:
+        # Like a pre-signed storage URL: no Authorization header, the signature authorises.
+        number = int(part) if part.isdigit() else 0
+        size, chunk_size = self._multipart_query(oid, query, "part", number)
+        self._failure_point("lfs-part")
+        num_parts = _num_parts(size, chunk_size)
+        if not 1 <= number <= num_parts:
+            raise _Error(400, None, f"Part number {part} is not in 1..{num_parts}")
+        expected = chunk_size if number < num_parts else size - chunk_size * (num_parts - 1)
+        if len(body) != expected:
+            raise _Error(400, None, f"Part {number} of {oid} must have {expected} bytes, got {len(body)}")
+        parts_dir = self._parts_dir(oid, size, chunk_size)
+        parts_dir.mkdir(parents=True, exist_ok=True)
+        target = parts_dir / f"{number:05d}"
+        temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}")
         temporary.write_bytes(body)
         os.replace(temporary, target)
+        self.send_response(200)
+        self.send_header("ETag", f'"{hashlib.md5(body).hexdigest()}"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _lfs_complete(self, oid: str, query: dict[str, list[str]], body: bytes) -> None:
+        # The client posts the completion without an Authorization header: the signature authorises.
+        size, chunk_size = self._multipart_query(oid, query, "complete")
+        self._failure_point("lfs-complete")
+        payload = _json_body(body)
+        if payload.get("oid") != oid:
+            raise _Error(400, None, f"The completion's oid {payload.get('oid')!r} is not {oid}")
+        parts = payload.get("parts")
+        if not isinstance(parts, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("partNumber"), int) and isinstance(p.get("etag"), str)
+            for p in parts
+        ):
+            raise _Error(400, None, "'parts' must be a list of {'partNumber': int, 'etag': str}")
+        num_parts = _num_parts(size, chunk_size)
+        numbers = [p["partNumber"] for p in parts]
+        if sorted(numbers) != list(range(1, num_parts + 1)):
+            raise _Error(400, None, f"The completion must list parts 1..{num_parts} once each, got {numbers}")
+        parts_dir = self._parts_dir(oid, size, chunk_size)
+        chunks = []
+        for entry in sorted(parts, key=lambda p: p["partNumber"]):
+            number = entry["partNumber"]
+            path = parts_dir / f"{number:05d}"
+            if not path.is_file():
+                raise _Error(400, None, f"Part {number} of {oid} was never uploaded")
+            content = path.read_bytes()
+            if entry["etag"].strip('"') != hashlib.md5(content).hexdigest():
+                raise _Error(400, None, f"Part {number} of {oid}: etag {entry['etag']} does not match the upload")
+            chunks.append(content)
+        content = b"".join(chunks)
+        if len(content) != size or hashlib.sha256(content).hexdigest() != oid:
+            raise _Error(422, None, f"The assembled parts do not match oid {oid} and size {size}")
+        self._store_lfs_object(oid, content)
+        shutil.rmtree(parts_dir, ignore_errors=True)
         self._send_json({})
 
     def _lfs_verify(self, repo_id: str, payload: dict[str, Any]) -> None:
@@ -924,6 +1055,10 @@ def _json_body(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise _Error(400, None, "The JSON body must be an object")
     return payload
+
+
+def _num_parts(size: int, chunk_size: int) -> int:
+    return -(-size // chunk_size)
 
 
 def _upload_mode(path: str, size: int, sample: bytes) -> str:

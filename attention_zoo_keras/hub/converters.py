@@ -33,12 +33,16 @@ class TransformersConverter:
     Attributes:
         model_type: the `model_type` in `config.json` this converter reads.
         backbone_cls: the backbone class it builds.
+        preprocessor_cls: the family's preprocessor for the backbone's tasks;
+            a backbone converted into a native preset carries its files
+            (tokenizer, settings), so tasks can be built from that preset.
         optional_keys: backbone variable keys a checkpoint may lack (for
             example BERT's pooler, which `BertForMaskedLM` does not have).
     """
 
     model_type = None
     backbone_cls = None
+    preprocessor_cls = None
     optional_keys = frozenset()
 
     def backbone_config(self, hf_config):

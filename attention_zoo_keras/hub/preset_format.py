@@ -19,13 +19,16 @@ A directory or repo in `transformers` format (`config.json` with
 
 import datetime
 import json
+from pathlib import Path
 
 import keras
 
 from attention_zoo_keras.hub.atomic import atomic_directory
+from attention_zoo_keras.hub.atomic import write_atomically
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.model_card import model_card
 from attention_zoo_keras.hub.model_card import with_parity_section
+from attention_zoo_keras.hub.model_card import with_source
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import Checkpoint
 from attention_zoo_keras.hub.weights import save_weights
@@ -81,20 +84,34 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
         )
 
 
+def _update_preset_record(directory, key, value, update_card):
+    """Sets `metadata.json[key] = value` in a saved native preset and
+    rewrites its model card with `update_card(card)`; each file is replaced
+    atomically."""
+    directory = Path(directory)
+    metadata_path = directory / METADATA_FILE
+    metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.is_file() else {}
+    metadata[key] = value
+    write_atomically(metadata_path, lambda path: _write_json(Path(path), metadata))
+    card_path = directory / MODEL_CARD_FILE
+    card = update_card(card_path.read_text(encoding="utf-8") if card_path.is_file() else "")
+    write_atomically(card_path, lambda path: Path(path).write_text(card, encoding="utf-8"))
+
+
 def record_parity(directory, parity):
     """Records a verification against the reference implementation in a
     saved native preset: `metadata.json` gets (or has replaced) its
     `"parity"` entry, and the model card its "Parity" section."""
-    from pathlib import Path
+    _update_preset_record(directory, "parity", parity, lambda card: with_parity_section(card, parity))
 
-    directory = Path(directory)
-    metadata_path = directory / METADATA_FILE
-    metadata = json.loads(metadata_path.read_text(encoding="utf-8")) if metadata_path.is_file() else {}
-    metadata["parity"] = parity
-    _write_json(metadata_path, metadata)
-    card_path = directory / MODEL_CARD_FILE
-    card = card_path.read_text(encoding="utf-8") if card_path.is_file() else ""
-    card_path.write_text(with_parity_section(card, parity), encoding="utf-8")
+
+def record_source(directory, source, license_name=None, description=None):
+    """Records the checkpoint a saved native preset was converted from
+    (`"source"` in `metadata.json`; `base_model`, `license` and a "Source"
+    section with `description` in the model card)."""
+    _update_preset_record(
+        directory, "source", source, lambda card: with_source(card, source, license_name, description)
+    )
 
 
 def write_preprocessor_files(preprocessor, directory):

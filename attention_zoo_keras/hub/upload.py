@@ -1,14 +1,17 @@
 """Publishing a native preset directory to the Hugging Face Hub.
 
 `upload_preset` sends a directory written by `save_to_preset` to a Hub repo
-through `huggingface_hub` (`create_repo`, `create_branch`, `upload_folder`),
+through `huggingface_hub` (`create_repo`, `create_branch`, `create_commit`),
 so it honours `HF_ENDPOINT` and the user's login like every other Hub tool.
 """
 
+import fnmatch
 import json
 from pathlib import Path
 
+from attention_zoo_keras.hub.model_card import for_repository
 from attention_zoo_keras.hub.preset_format import CONFIG_FILE
+from attention_zoo_keras.hub.preset_format import MODEL_CARD_FILE
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
 from attention_zoo_keras.hub.preset_format import is_native
@@ -20,9 +23,40 @@ from attention_zoo_keras.hub.weights import INDEX_FILE
 # other way round) and the preprocessor of a preset that has none now. They are
 # deleted from the revision unless the new preset has them too.
 _STALE_PATTERNS = ["*.safetensors", INDEX_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE]
-# Hidden files (editor backups, an interrupted save's staging folders) are
-# never part of a preset.
-_IGNORE_PATTERNS = [".*", "*/.*"]
+
+def _preset_files(path):
+    """`{path in the repo: local file}` of a preset directory. Hidden files
+    (editor backups, an interrupted save's staging folders) are never part
+    of a preset."""
+    files = {}
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path)
+        if file.is_file() and not any(part.startswith(".") for part in relative.parts):
+            files[relative.as_posix()] = file
+    return files
+
+
+def _commit_operations(api, repo_id, revision, path, handle):
+    """The additions (every preset file; the model card's usage snippet
+    loading from `handle`) and deletions (stale files, `_STALE_PATTERNS`) of
+    the commit publishing `path`. Unchanged files are dropped by
+    `create_commit` itself, which makes no commit if nothing is left."""
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub import CommitOperationDelete
+
+    additions = []
+    for name, file in _preset_files(path).items():
+        content = str(file)
+        if name == MODEL_CARD_FILE:
+            content = for_repository(file.read_text(encoding="utf-8"), handle).encode("utf-8")
+        additions.append(CommitOperationAdd(path_in_repo=name, path_or_fileobj=content))
+    added = {operation.path_in_repo for operation in additions}
+    deletions = [
+        CommitOperationDelete(path_in_repo=name)
+        for name in api.list_repo_files(repo_id, revision=revision or "main")
+        if name not in added and any(fnmatch.fnmatch(name, pattern) for pattern in _STALE_PATTERNS)
+    ]
+    return additions + deletions
 
 
 class PresetUploadError(OSError):
@@ -92,7 +126,9 @@ def upload_preset(
     shards, say) are deleted in that commit, so that what loads from the repo
     is exactly this preset. Other files already in the repo are kept. Files the
     repo already has with the same content are not uploaded again, and if
-    nothing changed no commit is made. The local directory is only read.
+    nothing changed no commit is made. The model card goes up with its usage
+    snippet loading from this repo (`hf://org/name`, with `@revision` on a
+    branch other than main). The local directory is only read.
 
     Args:
         handle: `"hf://org/name"`, optionally `"hf://org/name@revision"`.
@@ -159,14 +195,13 @@ def upload_preset(
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=str(path),
-            revision=revision,
+        handle = HF_PREFIX + repo_id + (f"@{revision}" if revision not in (None, "main") else "")
+        return api.create_commit(
+            repo_id,
+            _commit_operations(api, repo_id, revision, path, handle),
             commit_message=commit_message,
+            revision=revision,
             create_pr=create_pr,
-            ignore_patterns=list(_IGNORE_PATTERNS),
-            delete_patterns=list(_STALE_PATTERNS),
         )
     except LocalTokenNotFoundError as error:
         raise PresetUploadError(no_token) from error

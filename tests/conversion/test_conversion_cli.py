@@ -4,7 +4,9 @@ card) and publish, on tiny random `transformers` checkpoints."""
 
 import json
 import os
+import shutil
 import subprocess
+import types
 import sys
 from pathlib import Path
 
@@ -67,14 +69,18 @@ def assert_parity_recorded(directory, reference, outputs):
 def test_list_shows_every_preset_with_class_source_and_verifier(capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0
-    lines = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    table, _, notes = out.partition("\n\n")
+    lines = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
     assert set(lines) == set(azk.list_presets())
     assert lines["bert_tiny"] == ["bert_tiny", "BertBackbone", "bert", f"hf://{BERT_TINY_REPO}", "yes"]
     assert lines["vit_base_patch16_224"][-1] == "yes" and lines["transformer_opus_mt_en_de"][-1] == "yes"
     assert lines["gpt2"][-1] == "yes"
-    # GPT-2's weights in another architecture: transformers computes something else.
-    assert lines["linear_transformer_gpt2"][-1] == "no"
+    # GPT-2's weights with linear attention: verified against GPT-2 running the linear-attention formula.
+    assert lines["linear_transformer_gpt2"][-1] == "yes"
     assert lines["vilbert_multitask"][-1] == "no" and lines["transformer_xl_wt103"][-1] == "no"
+    # ... and says why.
+    assert "not verifiable: transformer_xl_wt103: transformers removed Transformer-XL" in notes
+    assert "not verifiable: vilbert_conceptual_captions, vilbert_multitask: the reference is the authors'" in notes
 
     code, out, _ = run(capsys, "list", "--family", "vit")
     assert code == 0 and all(" vit " in line for line in out.splitlines()[2:]) and "bert_tiny" not in out
@@ -114,6 +120,7 @@ def test_convert_and_verify_a_local_checkpoint(
     assert json.loads((out / "config.json").read_text())["class_name"] == class_name
     parity = assert_parity_recorded(out, reference, outputs)
     assert parity["source"] == str(source)
+    assert (out / "preprocessor.json").is_file()  # a backbone carries its family's preprocessor
 
     # `verify` on its own re-runs it, and replaces the record (one Parity section).
     code, stdout, _ = run(capsys, "verify", out, "--reference", source)
@@ -122,7 +129,31 @@ def test_convert_and_verify_a_local_checkpoint(
     assert (out / "README.md").read_text().count("## Parity") == 1
 
 
-def test_convert_and_verify_a_reformer_with_the_scripts_verifier(capsys, tmp_path):
+def test_a_converted_backbone_carries_the_tokenizer_its_tasks_need(tiny_bert_checkpoints, capsys, tmp_path):
+    source = tiny_bert_checkpoints["model"]
+    assert run(capsys, "convert", source, "--class", "BertBackbone", "--out", tmp_path / "native")[0] == 0
+    assert (tmp_path / "native" / "tokenizer.json").is_file()
+
+    ours = azk.models.BertTextClassifier.from_preset(str(tmp_path / "native"), num_classes=2)
+    theirs = azk.models.BertTextClassifier.from_preset(str(source), num_classes=2)
+    texts = ["the cat sat on the mat", "a dog"]
+    for key, value in theirs.preprocessor(texts).items():
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours.preprocessor(texts)[key]),
+                                      keras.ops.convert_to_numpy(value))
+
+
+def test_a_checkpoint_without_tokenizer_files_converts_and_says_so(tiny_bert_checkpoints, capsys, tmp_path):
+    source = tmp_path / "weights_only"
+    source.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_bert_checkpoints["model"] / name, source / name)
+    code, stdout, _ = run(capsys, "convert", source, "--class", "BertBackbone", "--out", tmp_path / "native")
+    assert code == 0 and "has no tokenizer files; the preset has no preprocessor" in stdout
+    assert not (tmp_path / "native" / "tokenizer.json").exists()
+    azk.models.BertBackbone.from_preset(str(tmp_path / "native"))
+
+
+def test_convert_and_verify_a_reformer(capsys, tmp_path):
     import transformers
 
     from tests.conftest import _perturbed
@@ -159,6 +190,16 @@ def test_convert_a_named_preset_from_the_hub(local_hub, tiny_bert_checkpoints, c
     assert code == 0, stderr
     parity = assert_parity_recorded(tmp_path / "bert_tiny", "transformers.BertModel", {"sequence_output", "pooled_output"})
     assert parity["source"] == "bert_tiny"
+    # The card names the checkpoint: YAML base_model and license (from the preset), and a Source section.
+    assert metadata(tmp_path / "bert_tiny")["source"] == f"hf://{BERT_TINY_REPO}"
+    card = (tmp_path / "bert_tiny" / "README.md").read_text()
+    front_matter = card.split("---\n")[1].splitlines()
+    assert f"base_model: {BERT_TINY_REPO}" in front_matter
+    assert f"license: {catalog.get_preset('bert_tiny')['license']}" in front_matter
+    assert f"## Source\n\nConverted from `hf://{BERT_TINY_REPO}`" in card
+    assert card.index("## Source") < card.index("## Parity")
+    assert catalog.get_preset("bert_tiny")["description"] in card
+    assert "BERT (Devlin et al., 2019)" in card  # the architecture
     assert ("GET", f"/{BERT_TINY_REPO}/resolve/main/model.safetensors") in local_hub.requests
     backbone = azk.models.BertBackbone.from_preset(str(tmp_path / "bert_tiny"))
     assert backbone.hidden_dim == 32
@@ -170,14 +211,6 @@ def test_no_verify_saves_without_a_parity_record(tiny_bert_checkpoints, capsys, 
     )
     assert code == 0 and "parity" not in metadata(tmp_path / "n")
     assert "## Parity" not in (tmp_path / "n" / "README.md").read_text()
-
-
-def test_a_preset_without_a_verifier_is_saved_and_says_so(local_hub, tiny_gpt2_checkpoints, capsys, tmp_path):  # noqa: F811
-    local_hub.add_repo("openai-community/gpt2", tiny_gpt2_checkpoints["model"])
-    code, stdout, _ = run(capsys, "convert", "linear_transformer_gpt2", "--out", tmp_path / "n")
-    assert code == 0 and "not verified" in stdout and "architecture" in stdout
-    assert "parity" not in metadata(tmp_path / "n")
-    assert azk.models.GPTBackbone.from_preset(str(tmp_path / "n")).attention == "linear"
 
 
 def test_convert_all_continues_past_failures(local_hub, tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
@@ -246,8 +279,57 @@ def test_convert_with_failing_parity_exits_non_zero(tiny_bert_checkpoints, capsy
     monkeypatch.setitem(verifiers.VERIFIERS, "bert", off_by_a_bit)
     out = tmp_path / "native"
     code, _, stderr = run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)
-    assert code == 1 and "parity FAILED" in stderr and str(out) in stderr
-    assert metadata(out)["parity"]["passed"] is False
+    assert code == 1 and "parity FAILED" in stderr and f"nothing was written to {out}" in stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # no staging directory left behind either
+
+
+def test_a_failed_conversion_leaves_an_earlier_preset_intact(tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
+    import verifiers
+
+    out = tmp_path / "native"
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)[0] == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    monkeypatch.setitem(verifiers.VERIFIERS, "bert", lambda model, source: {
+        "reference": "transformers.BertModel", "max_abs_difference": {"sequence_output": 1.0}})
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)[0] == 1
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    assert [path.name for path in tmp_path.iterdir()] == ["native"]
+
+
+def test_a_bin_checkpoint_is_read_with_weights_only(tiny_bert_checkpoints, capsys, tmp_path):
+    import torch
+    import transformers
+
+    source = tmp_path / "bin_checkpoint"
+    shutil.copytree(tiny_bert_checkpoints["masked_lm"], source)
+    model = transformers.BertForMaskedLM.from_pretrained(source)
+    (source / "model.safetensors").unlink()
+    torch.save(model.state_dict(), source / "pytorch_model.bin")
+    with pytest.raises(azk.hub.PresetFileError, match="never unpickled at run time"):
+        azk.models.BertMaskedLM.from_preset(str(source))
+
+    code, _, stderr = run(capsys, "convert", source, "--class", "BertMaskedLM", "--out", tmp_path / "native")
+    assert code == 0, stderr
+    assert_parity_recorded(tmp_path / "native", "transformers.BertForMaskedLM", {"logits"})
+    converted = azk.models.BertMaskedLM.from_preset(str(tmp_path / "native"))
+    reference = azk.models.BertMaskedLM.from_preset(str(tiny_bert_checkpoints["masked_lm"]))
+    features = reference.preprocessor.pack(["the cat sat on the mat"])
+    features["mask_positions"] = np.array([[1, 2, 3]], "int32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(converted(features)), keras.ops.convert_to_numpy(reference(features)), atol=1e-6
+    )
+
+
+def test_a_bin_checkpoint_holding_objects_is_refused(tiny_bert_checkpoints, capsys, tmp_path):
+    import torch
+
+    source = tmp_path / "malicious"
+    shutil.copytree(tiny_bert_checkpoints["model"], source)
+    (source / "model.safetensors").unlink()
+    torch.save({"payload": Path("/")}, source / "pytorch_model.bin")
+    code, _, stderr = run(capsys, "convert", source, "--class", "BertBackbone", "--out", tmp_path / "native")
+    assert code == 1 and "Weights only load failed" in stderr
+    assert not (tmp_path / "native").exists()
 
 
 # ------------------------------------------------------------------ errors
@@ -311,11 +393,11 @@ def native_preset(tiny_bert_checkpoints, capsys, tmp_path):
 def test_publish_calls_upload_preset(native_preset, capsys, monkeypatch):
     calls = []
     monkeypatch.setattr(
-        azk, "upload_preset", lambda handle, directory, **options: calls.append((handle, directory, options)),
-        raising=False,
+        azk, "upload_preset",
+        lambda handle, directory, **options: calls.append((handle, directory, options)) or types.SimpleNamespace(oid="c0ffee"),
     )
     code, stdout, _ = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert", "--revision", "v1", "--private")
-    assert code == 0 and "published" in stdout
+    assert code == 0 and "published" in stdout and "@v1 (commit c0ffee)" in stdout
     assert calls == [("hf://zoo-org/tiny-bert", str(native_preset), {"revision": "v1", "private": True})]
 
     calls.clear()
@@ -325,7 +407,9 @@ def test_publish_calls_upload_preset(native_preset, capsys, monkeypatch):
 
 def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(azk, "upload_preset", lambda *args, **kwargs: calls.append(args), raising=False)
+    monkeypatch.setattr(
+        azk, "upload_preset", lambda *args, **kwargs: calls.append(args) or types.SimpleNamespace(oid="c0ffee")
+    )
     code, _, err = run(capsys, "publish", tiny_bert_checkpoints["model"], "hf://zoo-org/tiny-bert")
     assert code == 2 and "not a native" in err
     code, _, err = run(capsys, "publish", native_preset, "zoo-org/tiny-bert")
@@ -339,11 +423,6 @@ def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatc
     assert len(calls) == 1
 
 
-def _has_upload_module():
-    return (ROOT / "attention_zoo_keras" / "hub" / "upload.py").is_file()
-
-
-@pytest.mark.skipif(not _has_upload_module(), reason="attention_zoo_keras/hub/upload.py (upload_preset) is not written yet")
 def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_path, monkeypatch):
     from tests.hub_server import LocalHub
     from tests.hub_server import close_client_session

@@ -91,6 +91,9 @@ def converted(authors_files, module_prefixed_files, tmp_path_factory):
 def test_vqa_preset_matches_the_authors_vil_prediction(converted):
     model = ViLBERTVisualQuestionAnswerer.from_preset(str(converted[0]["vqa"]))
     assert model.num_answers == 3129
+    card = (converted[0]["vqa"] / "README.md").read_text()
+    assert "license: mit" in card and "## Source" in card and "ViLBERT (Lu et al., 2019)" in card
+    assert "pipeline_tag: visual-question-answering" in card
     actual = _numpy(model(our_inputs(load("inputs"))))
     np.testing.assert_allclose(actual, load("outputs")["vil_prediction"], atol=ATOL)
 

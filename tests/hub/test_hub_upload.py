@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import time
 import types
 import urllib.error
@@ -22,6 +23,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.hub.model_card import REPOSITORY_PLACEHOLDER
 from attention_zoo_keras.hub.upload import PresetUploadError
 from tests.conftest import TINY_VOCABULARY
 from tests.hub_server import LocalHub, close_client_session, configure_client
@@ -32,16 +34,29 @@ OUTSIDER = "hf_outsider"  # may write to "someone-else" only
 REPO = "me/tiny"
 
 
-@pytest.fixture
-def hub(tmp_path, monkeypatch):
-    """A running LocalHub with two valid tokens, the client pointed at it."""
+CHUNK = 8192  # multipart_hub's part size: the tiny classifier's ~31 KB weights take 4 parts
+
+
+def _serve(tmp_path, monkeypatch, **kwargs):
     tokens = {WRITER: {"me", "my-org"}, OUTSIDER: {"someone-else"}}
-    with LocalHub(tmp_path / "hub", tokens=tokens) as server:
+    with LocalHub(tmp_path / "hub", tokens=tokens, **kwargs) as server:
         configure_client(monkeypatch, server, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
         try:
             yield server
         finally:
             close_client_session()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A running LocalHub with two valid tokens, the client pointed at it."""
+    yield from _serve(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def multipart_hub(tmp_path, monkeypatch):
+    """`hub`, but LFS objects over `CHUNK` bytes are uploaded in parts, as large files are on the Hub."""
+    yield from _serve(tmp_path, monkeypatch, multipart_chunk_size=CHUNK)
 
 
 def tiny_classifier(seed=1):
@@ -70,12 +85,34 @@ def file_hashes(directory):
     }
 
 
+def published_hashes(directory, handle=f"hf://{REPO}"):
+    """`file_hashes(directory)` as published to `handle`: the model card's
+    usage snippet loads from `handle` instead of the placeholder."""
+    hashes = file_hashes(directory)
+    card = (directory / "README.md").read_text(encoding="utf-8")
+    assert REPOSITORY_PLACEHOLDER in card
+    hashes["README.md"] = hashlib.sha256(card.replace(REPOSITORY_PLACEHOLDER, handle).encode()).hexdigest()
+    return hashes
+
+
 def remote_files(hub, repo_id=REPO, revision="main"):
     return file_hashes(hub._revision_dir(repo_id, revision))
 
 
 def puts(hub):
     return [path for method, path in hub.requests if method == "PUT"]
+
+
+def part_puts(hub):
+    return [path for path in puts(hub) if path.startswith("/lfs-multipart/") and "/part/" in path]
+
+
+def completions(hub):
+    return [path for method, path in hub.requests if method == "POST" and path.startswith("/lfs-multipart/")]
+
+
+def sha256_of(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --- publishing and loading back --------------------------------------------
@@ -90,7 +127,9 @@ def test_uploaded_preset_loads_from_a_clean_cache_with_identical_outputs(hub, tm
     assert info.oid == hub.commit_hash(REPO)
     assert [c["oid"] for c in hub.commits] == [info.oid]
     assert hub.commits[0]["summary"] == "Upload BertTextClassifier preset"
-    assert remote_files(hub) == before  # every file, byte for byte
+    assert remote_files(hub) == published_hashes(preset)  # every file, byte for byte; the card loads from the repo
+    card = (hub._revision_dir(REPO, "main") / "README.md").read_text()
+    assert f'BertTextClassifier.from_preset("hf://{REPO}")' in card and "<this repo>" not in card
     assert file_hashes(preset) == before  # the local preset is only read
     assert any(p.startswith("/lfs-upload/") for p in puts(hub))  # the weights went through LFS
     assert not hub.is_private(REPO)
@@ -109,7 +148,7 @@ def test_sharded_preset_round_trips(hub, tmp_path):
 
     azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
 
-    assert remote_files(hub) == file_hashes(preset)
+    assert remote_files(hub) == published_hashes(preset)
     assert len([p for p in puts(hub) if p.startswith("/lfs-upload/")]) == len(shards)
     loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
     np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
@@ -140,7 +179,7 @@ def test_a_changed_file_makes_a_new_commit(hub, tmp_path):
     assert second.oid != first.oid and second.oid == hub.commit_hash(REPO)
     assert [c["parent"] for c in hub.commits] == [hub.commits[0]["parent"], first.oid]
     assert hub.commits[-1]["summary"] == "Better card"
-    assert remote_files(hub) == file_hashes(preset)
+    assert remote_files(hub) == published_hashes(preset)
     assert len(puts(hub)) == weight_uploads  # the unchanged weights were not sent again
 
 
@@ -151,7 +190,7 @@ def test_new_weights_replace_the_old_layout_without_stale_files(hub, tmp_path):
 
     azk.upload_preset(f"hf://{REPO}", sharded, token=WRITER)
 
-    assert remote_files(hub) == file_hashes(sharded)  # model.safetensors was deleted
+    assert remote_files(hub) == published_hashes(sharded)  # model.safetensors was deleted
     loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
     np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
 
@@ -170,7 +209,7 @@ def test_revision_goes_to_that_branch_and_loads_from_it(hub, tmp_path, how):
 
     assert info.oid == hub.commit_hash(REPO, "v1")
     assert hub.commit_hash(REPO) == main_commit  # main untouched
-    assert remote_files(hub, revision="v1") == file_hashes(v1_preset)
+    assert remote_files(hub, revision="v1") == published_hashes(v1_preset, f"hf://{REPO}@v1")
     from_v1 = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}@v1").predict(TEXTS, verbose=0)
     from_main = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}").predict(TEXTS, verbose=0)
     np.testing.assert_array_equal(from_v1, v1_model.predict(TEXTS, verbose=0))
@@ -198,7 +237,7 @@ def test_create_pr_opens_a_pull_request_and_leaves_main(hub, tmp_path):
     assert info.pr_url.endswith(f"/{REPO}/discussions/1")
     assert hub.commit_hash(REPO) == main_commit
     assert info.oid == hub.commit_hash(REPO, "refs/pr/1")
-    assert remote_files(hub, revision="refs/pr/1") == file_hashes(second)
+    assert remote_files(hub, revision="refs/pr/1") == published_hashes(second)
 
 
 def test_private_is_recorded_by_the_hub(hub, tmp_path):
@@ -222,6 +261,62 @@ def test_the_logged_in_token_is_used(hub, tmp_path, monkeypatch):
     info = azk.upload_preset(f"hf://{REPO}", preset)
 
     assert info.oid == hub.commit_hash(REPO) and hub.commits[0]["token"] == WRITER
+
+
+def test_weights_larger_than_the_chunk_size_go_up_in_parts(multipart_hub, tmp_path):
+    hub = multipart_hub
+    classifier, preset = saved_preset(tmp_path / "preset")
+    weights = preset / "model.safetensors"
+    oid, size = sha256_of(weights), weights.stat().st_size
+    assert size > 2 * CHUNK
+    before = file_hashes(preset)
+
+    info = azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
+
+    assert info.oid == hub.commit_hash(REPO) and len(hub.commits) == 1
+    parts = part_puts(hub)
+    assert len(parts) == -(-size // CHUNK) > 1  # one PUT per part, each once
+    assert [p.split("?")[0] for p in parts] == [f"/lfs-multipart/{oid}/part/{n}" for n in range(1, len(parts) + 1)]
+    assert [p.split("?")[0] for p in completions(hub)] == [f"/lfs-multipart/{oid}/complete"]
+    assert not any(p.startswith("/lfs-upload/") for p in puts(hub))  # no single PUT of the weights
+    assert ("POST", f"/{REPO}.git/info/lfs/objects/verify") in hub.requests
+    assert hub.has_lfs_object(oid)
+    assert remote_files(hub) == published_hashes(preset)
+    assert file_hashes(preset) == before
+    assert not hub.cache_dir.exists() or not any(hub.cache_dir.iterdir())
+
+    loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
+
+    np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
+    assert ("GET", f"/{REPO}/resolve/main/model.safetensors") in hub.requests
+
+
+def test_small_objects_still_go_up_in_one_put_on_a_multipart_hub(multipart_hub, tmp_path):
+    hub = multipart_hub
+    _, preset = saved_preset(tmp_path / "preset", max_shard_size="8KB")
+    shards = sorted(preset.glob("model-*.safetensors"))
+    small = [s for s in shards if s.stat().st_size <= CHUNK]
+    large = [s for s in shards if s.stat().st_size > CHUNK]
+    assert small and large  # shards of both kinds
+
+    azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
+
+    assert remote_files(hub) == published_hashes(preset)
+    assert len([p for p in puts(hub) if p.startswith("/lfs-upload/")]) == len(small)
+    assert sorted(p.split("/")[2] for p in completions(hub)) == sorted(sha256_of(s) for s in large)
+
+
+def test_a_part_failing_once_is_sent_again_by_the_client(multipart_hub, tmp_path, monkeypatch):
+    _no_backoff(monkeypatch)
+    hub = multipart_hub
+    _, preset = saved_preset(tmp_path / "preset")
+    num_parts = -(-(preset / "model.safetensors").stat().st_size // CHUNK)
+    hub.fail_next("lfs-part", status=503)
+
+    azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
+
+    assert len(part_puts(hub)) == num_parts + 1 and len(completions(hub)) == 1
+    assert remote_files(hub) == published_hashes(preset)
 
 
 # --- errors -------------------------------------------------------------------
@@ -293,7 +388,42 @@ def test_server_error_mid_upload_leaves_local_and_remote_as_they_were(hub, tmp_p
     hub.clear_failures()
     info = azk.upload_preset(f"hf://{REPO}", second, token=WRITER)  # a retry completes it
     assert info.oid == hub.commit_hash(REPO) != head
-    assert remote_files(hub) == local
+    assert remote_files(hub) == published_hashes(second)
+    loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
+    np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
+
+
+@pytest.mark.parametrize("endpoint", ["lfs-part", "lfs-complete"])
+def test_server_error_mid_multipart_upload_leaves_local_and_remote_as_they_were(multipart_hub, tmp_path, monkeypatch,
+                                                                                endpoint):
+    _no_backoff(monkeypatch)
+    hub = multipart_hub
+    _, first = saved_preset(tmp_path / "first", seed=1)
+    azk.upload_preset(f"hf://{REPO}", first, token=WRITER)
+    published = remote_files(hub)
+    head = hub.commit_hash(REPO)
+    classifier, second = saved_preset(tmp_path / "second", seed=2)
+    oid = sha256_of(second / "model.safetensors")
+    local = file_hashes(second)
+    hub.fail(endpoint, status=500, times=None)  # the client retries parts and completions: fail every time
+    requests_before = len(hub.requests)
+
+    expected = r"(?s)Uploading '.*second' to hf://me/tiny failed.*local preset is intact"
+    with pytest.raises(PresetUploadError, match=expected):
+        azk.upload_preset(f"hf://{REPO}", second, token=WRITER)
+
+    attempted = completions(hub) if endpoint == "lfs-complete" else part_puts(hub)
+    assert any(f"/lfs-multipart/{oid}/" in p for p in attempted)  # the failure was reached
+    assert not hub.has_lfs_object(oid)  # no object assembled
+    assert not any(m == "POST" and "/commit/" in p for m, p in hub.requests[requests_before:])
+    assert file_hashes(second) == local
+    assert hub.commit_hash(REPO) == head and remote_files(hub) == published
+    assert len(hub.commits) == 1
+
+    hub.clear_failures()
+    info = azk.upload_preset(f"hf://{REPO}", second, token=WRITER)  # a retry completes it
+    assert info.oid == hub.commit_hash(REPO) != head
+    assert remote_files(hub) == published_hashes(second)
     loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
     np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
 
@@ -309,7 +439,7 @@ def test_retry_after_a_failed_commit_does_not_upload_the_weights_again(hub, tmp_
     azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
 
     assert len(puts(hub)) == uploads
-    assert remote_files(hub) == file_hashes(preset)
+    assert remote_files(hub) == published_hashes(preset)
 
 
 def test_non_native_directory_is_refused(hub, tmp_path, tiny_bert_checkpoints):
@@ -359,7 +489,7 @@ def test_hidden_files_are_not_published(hub, tmp_path):
 
 def test_exported_names():
     assert azk.upload_preset is azk.hub.upload_preset
-    assert issubclass(PresetUploadError, OSError)
+    assert issubclass(PresetUploadError, OSError) and azk.hub.PresetUploadError is PresetUploadError
 
 
 # --- LocalHub's upload endpoints, beyond what the client does ----------------
@@ -380,9 +510,9 @@ def _auth(token=WRITER):
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
-def _batch(hub, content, repo_id=REPO):
+def _batch(hub, content, repo_id=REPO, transfers=("basic",)):
     oid = hashlib.sha256(content).hexdigest()
-    payload = {"operation": "upload", "transfers": ["basic"], "objects": [{"oid": oid, "size": len(content)}]}
+    payload = {"operation": "upload", "transfers": list(transfers), "objects": [{"oid": oid, "size": len(content)}]}
     status, _, answer = _raw(hub, "POST", f"/{repo_id}.git/info/lfs/objects/batch", json.dumps(payload).encode(),
                              _auth())
     assert status == 200
@@ -512,3 +642,132 @@ def test_failures_are_counted(hub):
         with pytest.raises(HfHubHTTPError):
             api.create_repo(REPO)
     assert api.create_repo(REPO).repo_id == REPO
+
+
+# --- LocalHub's multipart LFS uploads -----------------------------------------
+
+# 20480 bytes, no two parts alike: parts of CHUNK, CHUNK and 4096 bytes
+BIG = b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(640))
+
+
+def _multipart(hub, content=BIG):
+    """(oid, part paths by number, completion path) of a multipart upload of `content`."""
+    oid, obj = _batch(hub, content, transfers=("basic", "multipart"))
+    upload = obj["actions"]["upload"]
+    header = upload["header"]
+    assert header["chunk_size"] == str(CHUNK)
+    numbers = sorted(key for key in header if key.isdigit())
+    assert numbers == [f"{n:05d}" for n in range(1, -(-len(content) // CHUNK) + 1)]
+    parts = {int(key): header[key][len(hub.url):] for key in numbers}
+    return oid, parts, upload["href"][len(hub.url):]
+
+
+def _put_parts(hub, parts, content=BIG):
+    """{part number: etag} after uploading every part of `content`."""
+    etags = {}
+    for number, path in parts.items():
+        status, headers, _ = _raw(hub, "PUT", path, content[(number - 1) * CHUNK:number * CHUNK])
+        assert status == 200 and headers["ETag"]
+        etags[number] = headers["ETag"]
+    return etags
+
+
+def _complete(hub, path, oid, etags):
+    payload = {"oid": oid, "parts": [{"partNumber": n, "etag": e} for n, e in sorted(etags.items())]}
+    return _raw(hub, "POST", path, json.dumps(payload).encode(), {"Content-Type": "application/vnd.git-lfs+json"})
+
+
+def test_batch_offers_multipart_only_for_large_objects_and_clients_that_ask(multipart_hub):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    assert "chunk_size" not in _batch(hub, BIG)[1]["actions"]["upload"]["header"]  # "basic" only: one PUT
+    small = BIG[:CHUNK]
+    small_action = _batch(hub, small, transfers=("basic", "multipart"))[1]["actions"]["upload"]
+    assert small_action["header"] == {} and small_action["href"].startswith(hub.url + "/lfs-upload/")
+    oid, parts, complete = _multipart(hub)
+    assert len(parts) == 3 and complete.startswith(f"/lfs-multipart/{oid}/complete?")
+
+
+def test_multipart_upload_assembles_the_parts_and_verifies(multipart_hub):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    oid, parts, complete = _multipart(hub)
+    etags = _put_parts(hub, parts)
+    assert etags[1] == f'"{hashlib.md5(BIG[:CHUNK]).hexdigest()}"'
+    assert not hub.has_lfs_object(oid)  # parts alone are no object
+
+    status, _, _ = _complete(hub, complete, oid, etags)  # no Authorization: the URL is signed
+
+    assert status == 200 and hub.has_lfs_object(oid)
+    assert (hub._lfs_dir / oid).read_bytes() == BIG
+    verify = {"oid": oid, "size": len(BIG)}
+    assert _raw(hub, "POST", f"/{REPO}.git/info/lfs/objects/verify", json.dumps(verify).encode(), _auth())[0] == 200
+    assert "actions" not in _batch(hub, BIG, transfers=("basic", "multipart"))[1]  # stored: nothing to upload
+
+
+def test_multipart_part_urls_are_signed_and_parts_must_have_the_chunk_size(multipart_hub):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    oid, parts, _ = _multipart(hub)
+
+    assert _raw(hub, "PUT", parts[1].replace("sig=", "sig=0"), BIG[:CHUNK])[0] == 403  # a forged URL
+    assert _raw(hub, "PUT", parts[1].replace("/part/1?", "/part/2?"), BIG[:CHUNK])[0] == 403  # another part's
+    status, headers, answer = _raw(hub, "PUT", parts[1], BIG[:CHUNK - 1])
+    assert status == 400 and f"must have {CHUNK} bytes" in answer["error"] == headers["X-Error-Message"]
+    assert _raw(hub, "PUT", parts[3], BIG[:CHUNK])[0] == 400  # the last part is what is left: 4096 bytes
+    assert _raw(hub, "PUT", parts[3], BIG[2 * CHUNK:])[0] == 200
+    assert not hub.has_lfs_object(oid)
+
+
+@pytest.mark.parametrize("fault", ["missing part", "unlisted part", "wrong etag", "wrong oid"])
+def test_multipart_completion_with_bad_parts_is_refused_and_stores_nothing(multipart_hub, fault):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    oid, parts, complete = _multipart(hub)
+    etags = _put_parts(hub, {n: p for n, p in parts.items() if n != 2} if fault == "missing part" else parts)
+    payload_oid = oid
+    if fault == "missing part":
+        etags[2] = '"' + "0" * 32 + '"'
+    elif fault == "unlisted part":
+        del etags[3]
+    elif fault == "wrong etag":
+        etags[2] = etags[1]
+    else:
+        payload_oid = "ab" * 32
+
+    status, headers, answer = _complete(hub, complete, payload_oid, etags)
+
+    assert status == 400 and answer["error"] == headers["X-Error-Message"]
+    message = {"missing part": "Part 2 of .* was never uploaded", "unlisted part": r"must list parts 1\.\.3",
+               "wrong etag": "Part 2 of .* does not match", "wrong oid": "oid 'abab.*' is not"}[fault]
+    assert re.search(message, answer["error"])
+    assert not hub.has_lfs_object(oid)
+
+
+def test_multipart_content_that_is_not_the_oid_is_refused(multipart_hub):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    oid, parts, complete = _multipart(hub)
+    forged = BIG[:-1] + b"x"  # the right sizes, the wrong bytes
+    etags = _put_parts(hub, parts, forged)
+
+    status, _, answer = _complete(hub, complete, oid, etags)
+
+    assert status == 422 and "do not match oid" in answer["error"]
+    assert not hub.has_lfs_object(oid)
+    assert _raw(hub, "POST", complete.replace("sig=", "sig=0"), b"{}")[0] == 403  # a forged completion URL
+    # The right bytes for the last part make it whole.
+    etags[3] = _raw(hub, "PUT", parts[3], BIG[2 * CHUNK:])[1]["ETag"]
+    assert _complete(hub, complete, oid, etags)[0] == 200 and hub.has_lfs_object(oid)
+
+
+def test_multipart_endpoints_can_be_made_to_fail(multipart_hub):
+    hub = multipart_hub
+    HfApi(token=WRITER).create_repo(REPO)
+    oid, parts, complete = _multipart(hub)
+    hub.fail_next("lfs-part", status=503)
+    assert _raw(hub, "PUT", parts[1], BIG[:CHUNK])[0] == 503
+    etags = _put_parts(hub, parts)
+    hub.fail("lfs-complete", status=500, times=2)
+    assert [_complete(hub, complete, oid, etags)[0] for _ in range(3)] == [500, 500, 200]
+    assert hub.has_lfs_object(oid)

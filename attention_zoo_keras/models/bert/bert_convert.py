@@ -11,6 +11,7 @@ from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
+from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.bert.bert_text_classifier import BertTextClassifier
 from attention_zoo_keras.models.bert.bert_text_embedder import BertTextEmbedder
 from attention_zoo_keras.models.bert.bert_tokenizer import BertTokenizer
@@ -35,6 +36,7 @@ def copy_bert_layer(arrays, ours, theirs, checkpoint):
 class BertConverter(TransformersConverter):
     model_type = "bert"
     backbone_cls = BertBackbone
+    preprocessor_cls = BertPreprocessor
     optional_keys = POOLER_KEYS
 
     def backbone_config(self, hf_config):

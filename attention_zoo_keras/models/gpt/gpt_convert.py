@@ -17,6 +17,7 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
+from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def _check_supported(hf_config):
 class GPTConverter(TransformersConverter):
     model_type = "gpt2"
     backbone_cls = GPTBackbone
+    preprocessor_cls = GPTCausalLMPreprocessor
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)

@@ -22,6 +22,7 @@ from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.patch_embedding import as_pair
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
+from attention_zoo_keras.models.vit.vit_image_converter import ViTImageConverter
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class ViTConverter(TransformersConverter):
 
     model_type = "vit"
     backbone_cls = ViTBackbone
+    preprocessor_cls = ViTImageConverter
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 
+import attention_zoo_keras as azk
 from attention_zoo_keras.hub import PresetFileError
 from attention_zoo_keras.models.reformer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer import ReformerCausalLM
@@ -23,7 +24,9 @@ transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conversion"))
-import convert_reformer  # noqa: E402
+import cli  # noqa: E402
+import state_dict  # noqa: E402
+import verifiers  # noqa: E402
 
 TINY = dict(
     hidden_size=16, num_attention_heads=2, attention_head_size=8, feed_forward_size=32, lsh_attn_chunk_length=4,
@@ -83,7 +86,7 @@ def test_enwik8_preset_reads_bytes(local_hub, tmp_path):
     assert isinstance(ReformerCausalLM.from_preset(str(tmp_path / "native")).preprocessor.tokenizer, ReformerByteTokenizer)
 
 
-def test_conversion_script_reads_a_bin_checkpoint_verifies_and_writes_a_native_preset(tmp_path):
+def test_conversion_reads_a_bin_checkpoint_verifies_and_writes_a_native_preset(tmp_path):
     source = tmp_path / "bin_checkpoint"
     config = transformers.ReformerConfig(
         **TINY, vocab_size=258, attn_layers=["local", "lsh"], num_hashes=2, num_buckets=[2, 2], eos_token_id=1
@@ -95,7 +98,7 @@ def test_conversion_script_reads_a_bin_checkpoint_verifies_and_writes_a_native_p
     with pytest.raises(PresetFileError, match="never unpickled at run time"):
         ReformerCausalLM.from_preset(str(source))
 
-    assert convert_reformer.main([str(source), str(tmp_path / "native"), "--verify-length", "24"]) == 0
+    assert cli.main([str(a) for a in ("convert", source, "--class", "ReformerCausalLM", "--out", tmp_path / "native")]) == 0
     native = ReformerCausalLM.from_preset(str(tmp_path / "native"))
     np.testing.assert_array_equal(
         keras.ops.convert_to_numpy(native.lm_head.bias), model.lm_head.bias.detach().numpy()
@@ -103,16 +106,18 @@ def test_conversion_script_reads_a_bin_checkpoint_verifies_and_writes_a_native_p
     assert isinstance(native.preprocessor.tokenizer, ReformerByteTokenizer)
 
 
-def test_conversion_script_saves_nothing_when_verification_fails(tmp_path, monkeypatch):
+def test_conversion_saves_nothing_when_verification_fails(tmp_path, monkeypatch):
     source = tmp_path / "checkpoint"
     config = transformers.ReformerConfig(**TINY, vocab_size=258, attn_layers=["lsh"], num_buckets=4, eos_token_id=1)
     _perturbed(transformers.ReformerModelWithLMHead(config), 3).save_pretrained(source)
-    model = convert_reformer.convert(ReformerCausalLM, str(source))
-    assert convert_reformer.verify(model, str(source), 8) < convert_reformer.TOLERANCE
+    source_handle = azk.hub.PresetSource(str(source))
+    model = state_dict.convert(ReformerCausalLM, str(source))
+    assert verifiers.verify_reformer(model, source_handle, 8)["max_abs_difference"]["logits"] < verifiers.TOLERANCE
     kernel = model.backbone.feed_forward_branches[0].feed_forward.output_dense.kernel
     kernel.assign(keras.ops.convert_to_numpy(kernel) + 0.01)
-    assert convert_reformer.verify(model, str(source), 8) > convert_reformer.TOLERANCE
+    assert verifiers.verify_reformer(model, source_handle, 8)["max_abs_difference"]["logits"] > verifiers.TOLERANCE
 
-    monkeypatch.setattr(convert_reformer, "verify", lambda model, src, length: 1.0)
-    assert convert_reformer.main([str(source), str(tmp_path / "native")]) == 1
+    monkeypatch.setattr(state_dict, "convert", lambda model_cls, src: model)  # the perturbed one
+    arguments = ("convert", source, "--class", "ReformerCausalLM", "--out", tmp_path / "native")
+    assert cli.main([str(a) for a in arguments]) == 1
     assert not (tmp_path / "native").exists()

@@ -1,7 +1,7 @@
 """The `transformer_xl_wt103` preset end to end on the local hub (the
 fixture checkpoint published where the preset points, with a vocabulary
-pickle written the way `transformers` 4.37 writes it), the conversion
-script for `.bin` checkpoints, and refusal of vocabulary pickles that name
+pickle written the way `transformers` 4.37 writes it), `python -m
+conversion convert` of a `.bin` checkpoint, and refusal of vocabulary pickles that name
 anything but plain data."""
 
 import collections
@@ -22,7 +22,7 @@ from attention_zoo_keras.hub import PresetFileError
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conversion"))
-import convert_transformer_xl  # noqa: E402
+import cli  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "transfo_xl"
 WT103_REPO = "transfo-xl/transfo-xl-wt103"  # where presets/transformer_xl_wt103.json points
@@ -99,14 +99,16 @@ def test_a_vocabulary_pickle_naming_a_non_container_class_is_refused(tmp_path, w
     assert not marker.exists()
 
 
-def test_conversion_script_reads_a_bin_checkpoint_and_writes_a_native_preset(tmp_path, wt103_checkpoint):
+def test_conversion_reads_a_bin_checkpoint_and_writes_a_native_preset(tmp_path, wt103_checkpoint, capsys):
     source = tmp_path / "bin_checkpoint"
     shutil.copytree(wt103_checkpoint, source)
     (source / "model.safetensors").unlink()
     tensors = {name: torch.from_numpy(array) for name, array in load_file(str(FIXTURE / "model.safetensors")).items()}
     torch.save(tensors, source / "pytorch_model.bin")  # tied tensors stored once, as save_pretrained does
     destination = tmp_path / "native"
-    assert convert_transformer_xl.main([str(source), str(destination)]) == 0
+    arguments = ("convert", source, "--class", "TransformerXLCausalLM", "--out", destination)
+    assert cli.main([str(a) for a in arguments]) == 0
+    assert "not verified: transformers removed Transformer-XL" in capsys.readouterr().out
     assert (destination / "tokenizer.json").is_file() and (destination / "model.safetensors").is_file()
 
     converted = TransformerXLCausalLM.from_preset(str(destination))
