@@ -28,8 +28,9 @@ as a "Parity" section of the model card (`README.md`). Only a preset that
 passed (or has no verifier, or `--no-verify`) is moved to `--out`; a failed
 one leaves `--out` as it was. `verify` does the same check for an existing
 native preset. `--all` converts every named preset into DIR/<name>,
-continuing past failures. The ViLBERT authors' checkpoints are converted
-with `python conversion/convert_vilbert.py` (their own file layout).
+continuing past failures. ViLBERT's presets are skipped (and `convert`
+refuses them): they come from the authors' checkpoints, which are not in
+`transformers` format, through `python conversion/convert_vilbert.py`.
 
 Exit codes: 0 success; 1 a conversion or verification failed (parity above
 the tolerance, a download or conversion error; with `--all`, any preset);
@@ -56,6 +57,14 @@ from verifiers import verifier_for  # noqa: E402
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+# Families whose named presets are not converted from a `transformers`
+# checkpoint, and how they are made instead.
+CONVERTED_BY_THEIR_OWN_SCRIPT = {
+    "vilbert": "its source is the native preset converted from the ViLBERT authors' checkpoint (not in "
+    "transformers format): run python conversion/convert_vilbert.py CHECKPOINT CONFIG VOCAB DEST --task TASK",
+}
 
 
 class UsageError(Exception):
@@ -97,6 +106,9 @@ def _resolve(preset_or_src, class_name):
             entry = get_preset(preset_or_src)
         except UnknownPresetError as error:
             raise UsageError(str(error)) from error
+        if entry["family"] in CONVERTED_BY_THEIR_OWN_SCRIPT:
+            how = CONVERTED_BY_THEIR_OWN_SCRIPT[entry["family"]]
+            raise UsageError(f"'{preset_or_src}' is not converted here: {how}.")
         class_name = class_name or entry["class_name"]
     elif class_name is None:
         raise UsageError(
@@ -311,9 +323,11 @@ def _convert_all(args):
     from tqdm.auto import tqdm
 
     presets = azk.list_presets()
+    skipped = {name: CONVERTED_BY_THEIR_OWN_SCRIPT[entry["family"]] for name, entry in presets.items()
+               if entry["family"] in CONVERTED_BY_THEIR_OWN_SCRIPT}
     failures = {}
     out = Path(args.out)
-    progress = tqdm(sorted(presets), desc="converting", unit="preset", file=sys.stderr)
+    progress = tqdm(sorted(set(presets) - set(skipped)), desc="converting", unit="preset", file=sys.stderr)
     for name in progress:
         progress.set_postfix_str(name)
         entry = presets[name]
@@ -330,8 +344,10 @@ def _convert_all(args):
             failures[name] = f"{type(error).__name__}: {error}"
             tqdm.write(f"{name}: FAILED ({failures[name].splitlines()[0]})", file=sys.stderr)
     progress.close()
-    converted = len(presets) - len(failures)
-    print(f"converted {converted} of {len(presets)} presets into {out}")
+    attempted = len(presets) - len(skipped)
+    print(f"converted {attempted - len(failures)} of {attempted} presets into {out}")
+    for name, reason in sorted(skipped.items()):
+        print(f"skipped {name}: {reason}")
     if failures:
         print(f"{len(failures)} failed:", file=sys.stderr)
         for name, reason in failures.items():

@@ -235,10 +235,13 @@ def test_convert_all_continues_past_failures(local_hub, tiny_bert_checkpoints, c
 
 def test_convert_all_succeeds_when_every_preset_does(local_hub, tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
     local_hub.add_repo(BERT_TINY_REPO, tiny_bert_checkpoints["model"])
-    entries = {"bert_tiny": catalog.get_preset("bert_tiny")}
+    entries = {name: catalog.get_preset(name) for name in ("bert_tiny", "vilbert_multitask")}
     monkeypatch.setattr(catalog, "_catalog", lambda: entries)
     code, stdout, _ = run(capsys, "convert", "--all", "--out", tmp_path / "all", "--no-verify")
     assert code == 0 and "converted 1 of 1 presets" in stdout
+    # ViLBERT's presets come from the authors' files, through their own script.
+    assert "skipped vilbert_multitask: its source is the native preset converted from the ViLBERT authors'" in stdout
+    assert "convert_vilbert.py" in stdout and sorted(p.name for p in (tmp_path / "all").iterdir()) == ["bert_tiny"]
 
 
 def _perturb(directory):
@@ -350,6 +353,9 @@ def test_errors(tiny_bert_checkpoints, capsys, tmp_path):
 
     code, _, err = run(capsys, "convert", str(tmp_path / "nowhere"), "--class", "BertBackbone", "--out", tmp_path / "x")
     assert code == 2 and "does not exist" in err
+
+    code, _, err = run(capsys, "convert", "vilbert_multitask", "--out", tmp_path / "x")
+    assert code == 2 and "not converted here" in err and "conversion/convert_vilbert.py" in err
 
     code, _, err = run(capsys, "convert", "bert_tiny", "--all", "--out", tmp_path / "x")
     assert code == 2 and "--all" in err
