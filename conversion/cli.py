@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:  # the per-family scripts import their neighbours by bare name
+if str(_HERE) not in sys.path:  # the modules of conversion/ import each other by bare name
     sys.path.insert(0, str(_HERE))
 
 from verifiers import TOLERANCE  # noqa: E402
@@ -147,6 +147,11 @@ def _native_config(directory):
     return config
 
 
+def _family(model):
+    """The family of a backbone, or of a task's backbone."""
+    return getattr(model, "backbone", model).family
+
+
 def _versions():
     import importlib.metadata
 
@@ -189,8 +194,7 @@ def verify_preset(directory, reference):
         raise UsageError(f"--reference: {error}") from error
     model_cls = registered_class(config["class_name"], source=f"config.json of '{directory}'")
     model = model_cls.from_preset(str(directory))
-    family = getattr(getattr(model, "backbone", model), "family", None)
-    verifier = verifier_for(family, type(model).__name__, source.config_overrides)
+    verifier = verifier_for(_family(model), type(model).__name__, source.config_overrides)
     result = verifier(model, source)
     differences = result["max_abs_difference"]
     passed = bool(differences) and all(math.isfinite(value) and value <= TOLERANCE for value in differences.values())
@@ -210,12 +214,21 @@ def verify_preset(directory, reference):
     return parity
 
 
+def _difference_lines(parity):
+    """One line per output of a parity record: its max |ours - reference|."""
+    tolerance = parity["tolerance"]
+    return [
+        f"  max |ours - reference| {name}: {value:.2e} (tolerance {tolerance:g})"
+        for name, value in parity["max_abs_difference"].items()
+    ]
+
+
 def _print_parity(parity, out=None):
     out = out or sys.stdout
     status = "passed" if parity["passed"] else "FAILED"
     print(f"parity against {parity['reference']} ({parity['backend']}): {status}", file=out)
-    for name, value in parity["max_abs_difference"].items():
-        print(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})", file=out)
+    for line in _difference_lines(parity):
+        print(line, file=out)
 
 
 def _save_converted(model, handle, entry, directory, echo):
@@ -253,7 +266,7 @@ def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
 
     entry = entry or {}
     model = state_dict.convert(model_cls, handle)
-    family = getattr(getattr(model, "backbone", model), "family", None)
+    family = _family(model)
     parity = None
     with atomic_directory(out) as staging:
         _save_converted(model, handle, entry, staging, echo)
@@ -265,8 +278,8 @@ def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
             else:
                 del model
                 parity = verify_preset(staging, handle)
-                for name, value in parity["max_abs_difference"].items():
-                    echo(f"  max |ours - reference| {name}: {value:.2e} (tolerance {parity['tolerance']:g})")
+                for line in _difference_lines(parity):
+                    echo(line)
                 if not parity["passed"]:
                     raise ParityError(parity)
                 echo(f"parity against {parity['reference']}: passed")

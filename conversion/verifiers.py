@@ -140,6 +140,18 @@ def _padding_mask(batch, length):
     return mask
 
 
+def _random_token_batch(config):
+    """`(rng, token_ids, padding_mask)` for a backbone `config`: `BATCH_SIZE`
+    random sequences of ids below its `vocabulary_size`, `SEQUENCE_LENGTH`
+    long (or its `max_sequence_length` if shorter), the last one
+    right-padded (`_padding_mask`); `rng` (seed `SEED`) draws any other
+    inputs after them."""
+    rng = np.random.default_rng(SEED)
+    length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
+    token_ids = rng.integers(0, config["vocabulary_size"], (BATCH_SIZE, length)).astype("int32")
+    return rng, token_ids, _padding_mask(BATCH_SIZE, length)
+
+
 def _hf_config(source):
     return source.config() or {}
 
@@ -166,11 +178,9 @@ def verify_bert(model, source):
     directory = reference_directory(source)
     backbone = _backbone(model)
     config = backbone.get_config()
-    rng = np.random.default_rng(SEED)
-    length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
-    token_ids = rng.integers(0, config["vocabulary_size"], (BATCH_SIZE, length)).astype("int32")
+    rng, token_ids, mask = _random_token_batch(config)
+    length = token_ids.shape[1]
     segment_ids = rng.integers(0, config["num_segments"], (BATCH_SIZE, length)).astype("int32")
-    mask = _padding_mask(BATCH_SIZE, length)
     theirs = {
         "input_ids": torch.tensor(token_ids, dtype=torch.long),
         "token_type_ids": torch.tensor(segment_ids, dtype=torch.long),
@@ -320,10 +330,8 @@ def verify_gpt(model, source):
     attention = _gpt_attention(backbone)
     directory = reference_directory(source)
     config = backbone.get_config()
-    rng = np.random.default_rng(SEED)
-    length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
-    token_ids = rng.integers(0, config["vocabulary_size"], (BATCH_SIZE, length)).astype("int32")
-    mask = _padding_mask(BATCH_SIZE, length)
+    _, token_ids, mask = _random_token_batch(config)
+    length = token_ids.shape[1]
     theirs = {"input_ids": torch.tensor(token_ids, dtype=torch.long), "attention_mask": torch.tensor(mask)}
     ours = {"token_ids": token_ids, "padding_mask": mask}
     real = mask.astype(bool)
@@ -409,15 +417,12 @@ def verify_marian(model, source):
         )
     directory = reference_directory(source)
     config = model.backbone.get_config()
-    source_vocabulary = config["vocabulary_size"]
-    target_vocabulary = config.get("target_vocabulary_size") or source_vocabulary
-    rng = np.random.default_rng(SEED)
-    length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
-    encoder_ids = rng.integers(0, source_vocabulary, (BATCH_SIZE, length)).astype("int32")
+    target_vocabulary = config.get("target_vocabulary_size") or config["vocabulary_size"]
+    rng, encoder_ids, encoder_mask = _random_token_batch(config)
+    length = encoder_ids.shape[1]
     decoder_ids = rng.integers(0, target_vocabulary, (BATCH_SIZE, length)).astype("int32")
     decoder_ids[:, 0] = hf_config.get("decoder_start_token_id", hf_config.get("pad_token_id", 0))
-    encoder_mask = _padding_mask(BATCH_SIZE, length)
-    decoder_mask = _padding_mask(BATCH_SIZE, length)[::-1].copy()  # the other row padded
+    decoder_mask = encoder_mask[::-1].copy()  # the other row padded
     reference_cls = transformers.MarianMTModel
     reference = reference_cls.from_pretrained(directory).eval()
     with torch.no_grad():

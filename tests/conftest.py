@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hub_server import LocalHub, close_client_session, configure_client, set_offline
+from tests.hub_server import serving, set_offline
 
 
 @pytest.fixture
@@ -17,14 +17,8 @@ def local_hub(tmp_path, monkeypatch):
     endpoint, cache, offline flag, environment and HTTP session are restored
     after the test.
     """
-    with LocalHub(tmp_path / "hub") as hub:
-        configure_client(monkeypatch, hub, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
-        try:
-            yield hub
-        finally:
-            # Drop pooled connections to this server; the client creates its next
-            # session lazily, after monkeypatch has restored the environment.
-            close_client_session()
+    with serving(tmp_path, monkeypatch) as hub:
+        yield hub
 
 
 @pytest.fixture

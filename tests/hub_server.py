@@ -123,6 +123,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import http.server
@@ -1234,3 +1235,22 @@ def close_client_session() -> None:
     close = getattr(_http, "close_session", None) or getattr(_http, "reset_sessions", None)
     if close is not None:
         close()
+
+
+@contextlib.contextmanager
+def serving(tmp_path: pathlib.Path, monkeypatch, **hub_options: Any):
+    """A running `LocalHub` over ``tmp_path / "hub"`` (``hub_options`` as
+    `LocalHub` takes them: ``tokens``, ``multipart_chunk_size``) with the real
+    client pointed at it (`configure_client`: downloads into
+    ``tmp_path / "hf_cache"``, other per-user files under ``tmp_path / "hf_home"``).
+
+    On exit the client's pooled connections to the server are dropped; it
+    creates its next session lazily, after monkeypatch has restored the
+    environment.
+    """
+    with LocalHub(tmp_path / "hub", **hub_options) as hub:
+        configure_client(monkeypatch, hub, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
+        try:
+            yield hub
+        finally:
+            close_client_session()

@@ -24,6 +24,7 @@ from attention_zoo_keras.hub.weights import INDEX_FILE
 # deleted from the revision unless the new preset has them too.
 _STALE_PATTERNS = ["*.safetensors", INDEX_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE]
 
+
 def _preset_files(path):
     """`{path in the repo: local file}` of a preset directory. Hidden files
     (editor backups, an interrupted save's staging folders) are never part
@@ -36,9 +37,9 @@ def _preset_files(path):
     return files
 
 
-def _commit_operations(api, repo_id, revision, path, handle):
+def _commit_operations(api, repo_id, revision, path, card_handle):
     """The additions (every preset file; the model card's usage snippet
-    loading from `handle`) and deletions (stale files, `_STALE_PATTERNS`) of
+    loading from `card_handle`) and deletions (stale files, `_STALE_PATTERNS`) of
     the commit publishing `path`. Unchanged files are dropped by
     `create_commit` itself, which makes no commit if nothing is left."""
     from huggingface_hub import CommitOperationAdd
@@ -48,7 +49,7 @@ def _commit_operations(api, repo_id, revision, path, handle):
     for name, file in _preset_files(path).items():
         content = str(file)
         if name == MODEL_CARD_FILE:
-            content = for_repository(file.read_text(encoding="utf-8"), handle).encode("utf-8")
+            content = for_repository(file.read_text(encoding="utf-8"), card_handle).encode("utf-8")
         additions.append(CommitOperationAdd(path_in_repo=name, path_or_fileobj=content))
     added = {operation.path_in_repo for operation in additions}
     deletions = [
@@ -195,10 +196,10 @@ def upload_preset(
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        handle = HF_PREFIX + repo_id + (f"@{revision}" if revision not in (None, "main") else "")
+        card_handle = HF_PREFIX + repo_id + (f"@{revision}" if revision not in (None, "main") else "")
         return api.create_commit(
             repo_id,
-            _commit_operations(api, repo_id, revision, path, handle),
+            _commit_operations(api, repo_id, revision, path, card_handle),
             commit_message=commit_message,
             revision=revision,
             create_pr=create_pr,

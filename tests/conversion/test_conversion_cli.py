@@ -430,22 +430,16 @@ def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatc
 
 
 def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_path, monkeypatch):
-    from tests.hub_server import LocalHub
-    from tests.hub_server import close_client_session
-    from tests.hub_server import configure_client
+    from tests.hub_server import serving
 
-    with LocalHub(tmp_path / "hub", tokens={"hf_writer": {"zoo-org"}}) as hub:
-        configure_client(monkeypatch, hub, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
+    with serving(tmp_path, monkeypatch, tokens={"hf_writer": {"zoo-org"}}):
         monkeypatch.setenv("HF_TOKEN", "hf_writer")
-        try:
-            code, stdout, err = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert-native", "--revision", "v1")
-            assert code == 0, err
-            assert "published" in stdout
-            loaded = azk.models.BertBackbone.from_preset("hf://zoo-org/tiny-bert-native@v1")
-            card = azk.hub.PresetSource("hf://zoo-org/tiny-bert-native@v1").require("README.md").read_text()
-            assert "## Parity" in card
-        finally:
-            close_client_session()
+        code, stdout, err = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert-native", "--revision", "v1")
+        assert code == 0, err
+        assert "published" in stdout
+        loaded = azk.models.BertBackbone.from_preset("hf://zoo-org/tiny-bert-native@v1")
+        card = azk.hub.PresetSource("hf://zoo-org/tiny-bert-native@v1").require("README.md").read_text()
+        assert "## Parity" in card
     expected = azk.models.BertBackbone.from_preset(str(native_preset))
     for ours, theirs in zip(loaded.weights, expected.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs))

@@ -16,9 +16,9 @@ import torch
 import transformers
 
 import attention_zoo_keras as azk
-from tests.hub_server import LocalHub
 from tests.hub_server import close_client_session
 from tests.hub_server import configure_client
+from tests.hub_server import serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conversion"))
 import cli  # noqa: E402
@@ -30,28 +30,24 @@ TOLERANCE = 1e-4
 
 
 def test_real_minilm_converts_verifies_publishes_and_loads_back(minilm_dir, tmp_path, monkeypatch, capsys):
-    with LocalHub(tmp_path / "hub", tokens={"hf_writer": {"zoo-org"}}) as hub:
+    with serving(tmp_path, monkeypatch, tokens={"hf_writer": {"zoo-org"}}) as hub:
         hub.add_repo(MINILM_REPO, minilm_dir)
-        configure_client(monkeypatch, hub, cache_dir=tmp_path / "cache", home=tmp_path / "home")
-        try:
-            assert cli.main(["convert", "minilm_l6", "--out", str(tmp_path / "minilm")]) == 0
-            parity = json.loads((tmp_path / "minilm" / "metadata.json").read_text())["parity"]
-            assert parity["passed"] and parity["reference"] == "transformers.BertModel"
-            assert set(parity["max_abs_difference"]) == {"sequence_output", "pooled_output"}
-            assert max(parity["max_abs_difference"].values()) < TOLERANCE
+        assert cli.main(["convert", "minilm_l6", "--out", str(tmp_path / "minilm")]) == 0
+        parity = json.loads((tmp_path / "minilm" / "metadata.json").read_text())["parity"]
+        assert parity["passed"] and parity["reference"] == "transformers.BertModel"
+        assert set(parity["max_abs_difference"]) == {"sequence_output", "pooled_output"}
+        assert max(parity["max_abs_difference"].values()) < TOLERANCE
 
-            monkeypatch.setenv("HF_TOKEN", "hf_writer")
-            assert cli.main(["publish", str(tmp_path / "minilm"), PUBLISHED]) == 0
-            assert "published" in capsys.readouterr().out
+        monkeypatch.setenv("HF_TOKEN", "hf_writer")
+        assert cli.main(["publish", str(tmp_path / "minilm"), PUBLISHED]) == 0
+        assert "published" in capsys.readouterr().out
 
-            # A clean cache: everything below comes from the published repo.
-            close_client_session()
-            configure_client(monkeypatch, hub, cache_dir=tmp_path / "clean_cache", home=tmp_path / "home")
-            backbone = azk.models.BertBackbone.from_preset(PUBLISHED)
-            preprocessor = azk.models.BertPreprocessor.from_preset(PUBLISHED, sequence_length=24)
-            card = azk.hub.PresetSource(PUBLISHED).require("README.md").read_text()
-        finally:
-            close_client_session()
+        # A clean cache: everything below comes from the published repo.
+        close_client_session()
+        configure_client(monkeypatch, hub, cache_dir=tmp_path / "clean_cache", home=tmp_path / "hf_home")
+        backbone = azk.models.BertBackbone.from_preset(PUBLISHED)
+        preprocessor = azk.models.BertPreprocessor.from_preset(PUBLISHED, sequence_length=24)
+        card = azk.hub.PresetSource(PUBLISHED).require("README.md").read_text()
     assert ("GET", "/zoo-org/all-minilm-l6-v2-native/resolve/main/model.safetensors") in hub.requests
     assert f'from_preset("{PUBLISHED}")' in card and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
 

@@ -26,7 +26,7 @@ import attention_zoo_keras as azk
 from attention_zoo_keras.hub.model_card import REPOSITORY_PLACEHOLDER
 from attention_zoo_keras.hub.upload import PresetUploadError
 from tests.conftest import TINY_VOCABULARY
-from tests.hub_server import LocalHub, close_client_session, configure_client
+from tests.hub_server import serving
 
 TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
 WRITER = "hf_writer"  # may write to "me" and "my-org"
@@ -39,12 +39,8 @@ CHUNK = 8192  # multipart_hub's part size: the tiny classifier's ~31 KB weights 
 
 def _serve(tmp_path, monkeypatch, **kwargs):
     tokens = {WRITER: {"me", "my-org"}, OUTSIDER: {"someone-else"}}
-    with LocalHub(tmp_path / "hub", tokens=tokens, **kwargs) as server:
-        configure_client(monkeypatch, server, cache_dir=tmp_path / "hf_cache", home=tmp_path / "hf_home")
-        try:
-            yield server
-        finally:
-            close_client_session()
+    with serving(tmp_path, monkeypatch, tokens=tokens, **kwargs) as server:
+        yield server
 
 
 @pytest.fixture
@@ -357,6 +353,22 @@ def _no_backoff(monkeypatch):
     monkeypatch.setattr(_http, "time", types.SimpleNamespace(**{**vars(time), "sleep": lambda seconds: None}))
 
 
+def _upload_fails_saying_the_preset_is_intact(preset):
+    expected = rf"(?s)Uploading '.*{preset.name}' to hf://{REPO} failed.*local preset is intact"
+    with pytest.raises(PresetUploadError, match=expected):
+        azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
+
+
+def _retry_completes(hub, preset, model, head):
+    """After the failures stop, publishing `preset` again makes the commit, and `model`'s outputs load back."""
+    hub.clear_failures()
+    info = azk.upload_preset(f"hf://{REPO}", preset, token=WRITER)
+    assert info.oid == hub.commit_hash(REPO) != head
+    assert remote_files(hub) == published_hashes(preset)
+    loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
+    np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0))
+
+
 @pytest.mark.parametrize(
     "endpoint, status, times",
     [
@@ -377,20 +389,13 @@ def test_server_error_mid_upload_leaves_local_and_remote_as_they_were(hub, tmp_p
     local = file_hashes(second)
     hub.fail(endpoint, status=status, times=times)
 
-    expected = r"(?s)Uploading '.*second' to hf://me/tiny failed.*local preset is intact"
-    with pytest.raises(PresetUploadError, match=expected):
-        azk.upload_preset(f"hf://{REPO}", second, token=WRITER)
+    _upload_fails_saying_the_preset_is_intact(second)
 
     assert file_hashes(second) == local  # byte for byte, no file added or removed
     assert hub.commit_hash(REPO) == head and remote_files(hub) == published  # no partial commit
     assert len(hub.commits) == 1
 
-    hub.clear_failures()
-    info = azk.upload_preset(f"hf://{REPO}", second, token=WRITER)  # a retry completes it
-    assert info.oid == hub.commit_hash(REPO) != head
-    assert remote_files(hub) == published_hashes(second)
-    loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
-    np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
+    _retry_completes(hub, second, classifier, head)
 
 
 @pytest.mark.parametrize("endpoint", ["lfs-part", "lfs-complete"])
@@ -408,9 +413,7 @@ def test_server_error_mid_multipart_upload_leaves_local_and_remote_as_they_were(
     hub.fail(endpoint, status=500, times=None)  # the client retries parts and completions: fail every time
     requests_before = len(hub.requests)
 
-    expected = r"(?s)Uploading '.*second' to hf://me/tiny failed.*local preset is intact"
-    with pytest.raises(PresetUploadError, match=expected):
-        azk.upload_preset(f"hf://{REPO}", second, token=WRITER)
+    _upload_fails_saying_the_preset_is_intact(second)
 
     attempted = completions(hub) if endpoint == "lfs-complete" else part_puts(hub)
     assert any(f"/lfs-multipart/{oid}/" in p for p in attempted)  # the failure was reached
@@ -420,12 +423,7 @@ def test_server_error_mid_multipart_upload_leaves_local_and_remote_as_they_were(
     assert hub.commit_hash(REPO) == head and remote_files(hub) == published
     assert len(hub.commits) == 1
 
-    hub.clear_failures()
-    info = azk.upload_preset(f"hf://{REPO}", second, token=WRITER)  # a retry completes it
-    assert info.oid == hub.commit_hash(REPO) != head
-    assert remote_files(hub) == published_hashes(second)
-    loaded = azk.models.BertTextClassifier.from_preset(f"hf://{REPO}")
-    np.testing.assert_array_equal(loaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
+    _retry_completes(hub, second, classifier, head)
 
 
 def test_retry_after_a_failed_commit_does_not_upload_the_weights_again(hub, tmp_path):
