@@ -48,8 +48,46 @@ def write_atomically(path, write):
             os.remove(temporary)
 
 
+class DirectoryNotReplaceableError(FileExistsError):
+    """A save was asked to replace a directory that holds files it did not write."""
+
+
+def _check_replaceable(target, owned_entries):
+    """Raises unless `target` is empty or `owned_entries(target)` claims it."""
+    entries = sorted(entry.name for entry in target.iterdir())
+    if not entries:
+        return
+    owned = owned_entries(target) if owned_entries is not None else None
+    if owned is None:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise DirectoryNotReplaceableError(
+            f"Cannot save to '{target}': the directory is not empty ({shown}) and is not a preset "
+            "saved by attention_zoo_keras, so nothing in it was changed. Save to a new or empty "
+            "directory, or to a preset directory this library wrote."
+        )
+
+
+def _carry_over(old, staging, owned_entries):
+    """Moves the entries of the preset directory `old` that a save does not own
+    (a user's notes, a `.git` folder) into `staging`; returns their names."""
+    owned = owned_entries(old) or set()
+    carried = []
+    for entry in sorted(old.iterdir(), key=lambda path: path.name):
+        if entry.name in owned or (staging / entry.name).exists():
+            continue
+        os.rename(entry, staging / entry.name)
+        carried.append(entry.name)
+    return carried
+
+
+def _move_back(names, staging, old):
+    for name in names:
+        if (staging / name).exists() or (staging / name).is_symlink():
+            os.rename(staging / name, old / name)
+
+
 @contextlib.contextmanager
-def atomic_directory(target):
+def atomic_directory(target, owned_entries=None):
     """Yields an empty staging directory that replaces `target` on success.
 
     Files are written into a hidden sibling of `target`. Only when the `with`
@@ -57,14 +95,32 @@ def atomic_directory(target):
     one is renamed aside first and deleted last). If the block raises, the
     staging directory is deleted and `target` is untouched.
 
+    A save never deletes what it did not write: a `target` that is not empty
+    is replaced only if `owned_entries(target)` returns the names in it that
+    a save owns (it returns `None` for a directory that is not of its kind,
+    which is then refused, before anything is written). Entries it does not
+    own are carried over into the new directory. A symbolic link to a
+    directory stays a link: the directory it points to is replaced.
+
+    Args:
+        target: the directory to create or replace.
+        owned_entries: `owned_entries(directory) -> set of names | None`; by
+            default only a missing or empty `target` may be written.
+
+    Raises:
+        DirectoryNotReplaceableError: `target` holds files that are not ours.
+        NotADirectoryError: `target` or a part of its parent path is a file.
+
     Example:
 
     >>> with atomic_directory("./my_preset") as staging:   # doctest: +SKIP
     ...     (staging / "config.json").write_text("{}")
     """
-    target = Path(target).expanduser().absolute()
+    target = Path(os.path.realpath(Path(target).expanduser()))
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"Cannot save a preset to '{target}': it is a file.")
+    if target.is_dir():
+        _check_replaceable(target, owned_entries)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
@@ -81,12 +137,19 @@ def atomic_directory(target):
     if not target.exists():
         os.rename(staging, target)
         return
+    carried = _carry_over(target, staging, owned_entries) if owned_entries is not None else []
     backup = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old"
-    os.rename(target, backup)
+    try:
+        os.rename(target, backup)
+    except BaseException:
+        _move_back(carried, staging, target)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     try:
         os.rename(staging, target)
     except BaseException:
         os.rename(backup, target)
+        _move_back(carried, staging, target)
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(backup, ignore_errors=True)

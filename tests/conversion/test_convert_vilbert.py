@@ -1,6 +1,6 @@
 """The ViLBERT conversion script, end to end: the authors' `.bin` (the golden
 fixture's `state_dict`, written as their checkpoints are) to native presets
-whose tasks reproduce the authors' code (`../shared/fixtures/vilbert`)."""
+whose tasks reproduce the authors' code (`tests/fixtures/vilbert`)."""
 
 import contextlib
 import io
@@ -26,7 +26,7 @@ from attention_zoo_keras.models.vilbert import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.registration import registered_class
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "vilbert"
+FIXTURE = ROOT / "tests" / "fixtures" / "vilbert"
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"the ViLBERT golden fixture is not at {FIXTURE}")
 
 sys.path.insert(0, str(ROOT / "conversion"))

@@ -24,7 +24,7 @@ from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conversion"))
 import cli  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "transfo_xl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "transfo_xl"
 WT103_REPO = "transfo-xl/transfo-xl-wt103"  # where presets/transformer_xl_wt103.json points
 WORDS = ("the of and in to a was is for on as by with he at from his an were are which it also this that "
          "history new york city war first film season game team world time two years three after").split()

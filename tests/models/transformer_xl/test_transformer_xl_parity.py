@@ -1,5 +1,5 @@
 """Converted Transformer-XL against `transformers` 4.37.2 (the last release
-that runs it), through the golden outputs in `../shared/fixtures/transfo_xl`
+that runs it), through the golden outputs in `tests/fixtures/transfo_xl`
 (see its README): adaptive input and softmax with `div_val` 2, `same_length`,
 `clamp_len` below the attended length, per-layer biases, three consecutive
 segments. Tolerance: 1e-4 absolute, fp32."""
@@ -15,14 +15,14 @@ from attention_zoo_keras.models.transformer_xl import TransformerXLBackbone
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 
 ATOL = 1e-4
-FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "transfo_xl"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "transfo_xl"
 SEGMENTS = 3
 
 
 @pytest.fixture(scope="module")
 def reference():
     if not FIXTURE.is_dir():
-        pytest.fail(f"The Transformer-XL fixture is missing: {FIXTURE} (it ships in ../shared/fixtures).")
+        pytest.fail(f"The Transformer-XL fixture is missing: {FIXTURE} (it ships in tests/fixtures).")
     return load_file(str(FIXTURE / "inputs.safetensors")), load_file(str(FIXTURE / "outputs.safetensors"))
 
 

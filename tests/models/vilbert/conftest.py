@@ -1,4 +1,4 @@
-"""The ViLBERT golden fixture (`../shared/fixtures/vilbert`, see its README):
+"""The ViLBERT golden fixture (`tests/fixtures/vilbert`, see its README):
 the authors' config, tensors, and their inputs in this library's names."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-FIXTURE = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "vilbert"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "vilbert"
 
 
 def load(name):
