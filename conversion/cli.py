@@ -262,13 +262,13 @@ def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
     """
     import state_dict
 
-    from attention_zoo_keras.hub.atomic import atomic_directory
+    from attention_zoo_keras.hub.preset_format import staged_preset
 
     entry = entry or {}
     model = state_dict.convert(model_cls, handle)
     family = _family(model)
     parity = None
-    with atomic_directory(out) as staging:
+    with staged_preset(out) as staging:
         _save_converted(model, handle, entry, staging, echo)
         if verify:
             try:

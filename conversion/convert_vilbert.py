@@ -71,7 +71,7 @@ from typing import Optional
 import keras
 import numpy as np
 
-from attention_zoo_keras.hub.atomic import atomic_directory
+from attention_zoo_keras.hub.preset_format import staged_preset
 from attention_zoo_keras.hub.preset_format import record_source
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.bert import BertTokenizer
@@ -382,7 +382,7 @@ def main(argv=None):
         if skipped:
             heads = sorted({name.split(".", 1)[0] for name in skipped})
             print(f"skipped {len(skipped)} tensors of heads this task does not use: {', '.join(heads)}")
-        with atomic_directory(args.dest) as staging:
+        with staged_preset(args.dest) as staging:
             model.save_to_preset(staging)
             record_source(staging, f"the authors' {Path(args.checkpoint).name} (vilbert-multi-task)", LICENSE)
             difference = verify(model, staging)

@@ -30,7 +30,9 @@ from attention_zoo_keras.hub.model_card import model_card
 from attention_zoo_keras.hub.model_card import with_parity_section
 from attention_zoo_keras.hub.model_card import with_source
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
+from attention_zoo_keras.hub.weights import INDEX_FILE
 from attention_zoo_keras.hub.weights import Checkpoint
+from attention_zoo_keras.hub.weights import parse_size
 from attention_zoo_keras.hub.weights import save_weights
 from attention_zoo_keras.registration import PACKAGE
 from attention_zoo_keras.registration import serialize
@@ -42,6 +44,12 @@ PREPROCESSOR_FILE = "preprocessor.json"
 TOKENIZER_FILE = "tokenizer.json"
 MODEL_CARD_FILE = "README.md"
 
+# The files a preset saved before `metadata.json` listed its files may hold.
+_PRESET_FILE_NAMES = {
+    CONFIG_FILE, METADATA_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE, MODEL_CARD_FILE, INDEX_FILE,
+    "vocab.json",  # a translation tokenizer's shared vocabulary
+}
+
 
 def is_native(config):
     """Whether a parsed `config.json` was written by this library."""
@@ -52,12 +60,51 @@ def _write_json(path, data):
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
+def preset_entries(directory):
+    """The names in `directory` that a save of a preset owns (and may
+    replace), or `None` if `directory` is not a native preset.
+
+    A preset lists the files it wrote in `metadata.json`; for one saved
+    before that list existed, its own files are recognised by name.
+    """
+    directory = Path(directory)
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not is_native(config):
+        return None
+    try:
+        files = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        files = None
+    if isinstance(files, list) and all(isinstance(name, str) for name in files):
+        return set(files) | {CONFIG_FILE, METADATA_FILE}
+    return {
+        entry.name
+        for entry in directory.iterdir()
+        if entry.name in _PRESET_FILE_NAMES or entry.name.endswith((".safetensors", "tokenizer.json"))
+    }
+
+
+def staged_preset(directory):
+    """`atomic_directory` for a preset: yields a staging directory that
+    replaces `directory` when the block succeeds. `directory` must be
+    missing, empty, or a native preset; files in it that a preset does not
+    own (a user's notes, `.git`) are kept."""
+    return atomic_directory(directory, owned_entries=preset_entries)
+
+
 def save_preset(model, directory, preprocessor=None, family=None, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
     """Writes `model` (and `preprocessor`) as a native preset, atomically.
 
-    If anything fails, `directory` keeps whatever it held before.
+    If anything fails, `directory` keeps whatever it held before. A
+    directory that is neither empty nor a native preset is refused
+    (`DirectoryNotReplaceableError`) without being touched.
     """
-    with atomic_directory(directory) as staging:
+    if parse_size(max_shard_size) <= 0:
+        raise ValueError(f"max_shard_size must be positive; got {max_shard_size!r}.")
+    with staged_preset(directory) as staging:
         _write_json(
             staging / CONFIG_FILE,
             {"library": PACKAGE, "library_version": __version__, **serialize(model)},
@@ -66,6 +113,10 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
         if preprocessor is not None:
             write_preprocessor_files(preprocessor, staging)
         parameter_count = int(model.count_params())
+        (staging / MODEL_CARD_FILE).write_text(
+            model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
+            encoding="utf-8",
+        )
         _write_json(
             staging / METADATA_FILE,
             {
@@ -76,11 +127,8 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
                 "class_name": type(model).__name__,
                 "parameter_count": parameter_count,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "files": sorted({entry.name for entry in staging.iterdir()} | {METADATA_FILE}),
             },
-        )
-        (staging / MODEL_CARD_FILE).write_text(
-            model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
-            encoding="utf-8",
         )
 
 
