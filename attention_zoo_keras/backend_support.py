@@ -474,6 +474,14 @@ def relaxes_traced_shapes():
     return backend_name() == "tensorflow"
 
 
+def fixes_batch_shapes():
+    """Whether this backend's Keras data adapter fixes the shapes of a
+    `keras.utils.PyDataset`'s batches from its first two batches (TensorFlow
+    builds its `tf.data` signature from them, keras-team/keras#19124), so
+    that batches of raw inputs must all share one width."""
+    return backend_name() == "tensorflow"
+
+
 def supports_custom_gradients():
     """Whether `custom_gradient_from_outputs` works on this backend."""
     return backend_name() in ("jax", "tensorflow", "torch")

@@ -13,6 +13,7 @@ Example:
 True
 """
 
+import inspect
 
 import keras
 
@@ -25,6 +26,68 @@ _REGISTERED_CLASSES = {}
 
 class UnregisteredClassError(ValueError):
     """A config names a class that this library did not register."""
+
+
+class UnknownArgumentError(TypeError, ValueError):
+    """A keyword argument, or a key of a config file, that the class it is
+    meant for does not take (a `TypeError` as Python's own, and a
+    `ValueError` as every other bad-config error here)."""
+
+
+# Keyword arguments every model takes besides its own: Keras' `name` and
+# `trainable`, and the `dtype` policy.
+MODEL_ARGUMENTS = ("name", "trainable", "dtype")
+
+
+def constructor_arguments(cls):
+    """The keyword arguments `cls(...)` takes: its `__init__`'s named
+    parameters and, while each `__init__` passes `**kwargs` on, those of its
+    bases in this library, plus `MODEL_ARGUMENTS` for Keras models."""
+    names = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("keras") or klass is object:
+            break
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names.update(p.name for p in parameters if p.kind in named and p.name != "self")
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names
+    if issubclass(cls, keras.Model):
+        names.update(MODEL_ARGUMENTS)
+    return names
+
+
+def unknown_names(unknown, known):
+    """`"'a', 'b'. 'a': Did you mean: c? 'b': no close name."`: the unknown
+    names of a message, each with the closest known names."""
+    hints = "".join(f" '{name}':{did_you_mean(name, sorted(known)) or ' no close name.'}" for name in unknown)
+    return f"{', '.join(repr(name) for name in unknown)}.{hints}"
+
+
+def check_arguments(cls, arguments, source, also_known=()):
+    """Raises for any key of `arguments` that `cls(...)` does not take.
+
+    Args:
+        cls: the class the arguments are for.
+        arguments: the keyword arguments (or a config dict).
+        source: where they came from, for the message (`"config.json of
+            'my_preset'"`, `"BertBackbone.from_preset"`).
+        also_known: other names valid where they were given (a
+            `from_preset`'s own arguments), offered as suggestions too.
+
+    Raises:
+        UnknownArgumentError: naming each unknown key, with the closest
+            accepted names.
+    """
+    known = constructor_arguments(cls) | set(also_known)
+    unknown = sorted(str(key) for key in arguments if key not in known)
+    if unknown:
+        raise UnknownArgumentError(
+            f"{source}: {cls.__name__} has no argument{'s' if len(unknown) > 1 else ''} "
+            f"{unknown_names(unknown, known)} It takes: {', '.join(sorted(known))}."
+        )
 
 
 def register(cls):

@@ -274,7 +274,7 @@ def fused_form_softmax_attention(
         key_length = ops.shape(key)[1]
     mask = attention_mask
     if is_causal:
-        from attention_zoo_keras.attention.softmax import causal_mask
+        from attention_zoo_keras.attention.masks import causal_mask
 
         causal = causal_mask(query_length, key_length)
         mask = causal if mask is None else ops.logical_and(mask, causal)
@@ -288,8 +288,8 @@ def fused_form_softmax_attention(
 def register_fused_form():
     from attention_zoo_keras.attention.registry import register_decoding
     from attention_zoo_keras.attention.registry import register_mechanism
-    from attention_zoo_keras.attention.softmax import KeyValueCache
-    from attention_zoo_keras.attention.softmax import attend_over_cache
+    from attention_zoo_keras.attention.decoding import KeyValueCache
+    from attention_zoo_keras.attention.decoding import attend_over_cache
 
     register_mechanism("softmax_fused_form")(fused_form_softmax_attention)
     register_decoding("softmax_fused_form", KeyValueCache(attend_over_cache(fused_form_softmax_attention)))

@@ -38,12 +38,12 @@ import keras
 from keras import ops
 from keras import random
 
+from attention_zoo_keras.attention.decoding import KeyValueCache
+from attention_zoo_keras.attention.decoding import attend_over_cache
+from attention_zoo_keras.attention.masks import causal_mask
+from attention_zoo_keras.attention.masks import masked_logit
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
-from attention_zoo_keras.attention.softmax import KeyValueCache
-from attention_zoo_keras.attention.softmax import attend_over_cache
-from attention_zoo_keras.attention.softmax import _masked_logit
-from attention_zoo_keras.attention.softmax import causal_mask
 
 
 def additive_attention_weights(num_heads, head_dim, units=None):
@@ -170,7 +170,7 @@ def additive_attention(
         causal = causal_mask(query_length, key_length)
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
-        logits = ops.where(mask, logits, _masked_logit(logits.dtype))
+        logits = ops.where(mask, logits, masked_logit(logits.dtype))
     probabilities = ops.softmax(logits, axis=-1)
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)

@@ -52,7 +52,7 @@ float16/bfloat16/float32 inputs (float64 inputs stay float64); the output
 has the query's dtype. The recurrent state should be kept in float32.
 
 **Decoding.** `RecurrentState` (registered as the "linear" decoding, see
-`registry.DecodingCache`) makes the state `(S, z)` a layer's decoding cache:
+`decoding.DecodingCache`) makes the state `(S, z)` a layer's decoding cache:
 a multi-token prefill runs `causal_linear_attention(..., initial_state,
 return_state=True)`, each later token `linear_attention_step`. The cache has
 no `max_length` dimension, and every position must be fed exactly once.
@@ -65,7 +65,8 @@ with `register_feature_map`) or as any callable mapping `(..., d)` to
 import keras
 from keras import ops
 
-from attention_zoo_keras.attention.registry import DecodingCache
+from attention_zoo_keras.attention.blocks import axis_size
+from attention_zoo_keras.attention.decoding import DecodingCache
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 from attention_zoo_keras.naming import NameRegistry
@@ -133,12 +134,6 @@ def _compute_dtype(*tensors):
     """float64 if any input is float64, else float32 (also for half precision)."""
     dtypes = {keras.backend.standardize_dtype(t.dtype) for t in tensors}
     return "float64" if "float64" in dtypes else "float32"
-
-
-def _length(x, axis=1):
-    """The static size of `x` along `axis`, or its dynamic size."""
-    size = x.shape[axis]
-    return ops.shape(x)[axis] if size is None else size
 
 
 def _key_padding(attention_mask):
@@ -219,7 +214,7 @@ def _non_causal(phi_query, phi_key, value, eps):
 
 def _causal_chunked(phi_query, phi_key, value, eps, chunk_size, initial_state=None):
     """Causal linear attention by chunks; returns `(output, final_state)`."""
-    length = _length(phi_query)
+    length = axis_size(phi_query)
     static = isinstance(length, int)
     chunk = max(1, min(chunk_size, length)) if static else chunk_size
     batch = ops.shape(phi_query)[0]
@@ -541,7 +536,7 @@ class RecurrentState(DecodingCache):
         length = query.shape[1]
         key_mask = None
         if attention_mask is not None:
-            key_mask = _new_positions(attention_mask, cache_update_index, _length(query))
+            key_mask = _new_positions(attention_mask, cache_update_index, axis_size(query))
         if length == 1:
             step_mask = None if key_mask is None else _key_padding(key_mask)[:, 0, 0, 0]
             output, state = linear_attention_step(

@@ -29,15 +29,15 @@ checks against it.
 A mechanism that supports incremental (token-by-token) decoding also
 registers a `DecodingCache` under its name (`register_decoding`): the
 object that says what its cache is — a key/value cache for softmax
-(`softmax.KeyValueCache`), the recurrent state `(S, z)` for linear
+(`decoding.KeyValueCache`), the recurrent state `(S, z)` for linear
 attention (`linear.RecurrentState`) — and how new positions attend with it.
 Layers decode through `get_decoding(name)` and never branch on the
 mechanism.
 """
 
-import abc
 import inspect
 
+from attention_zoo_keras.attention.decoding import DecodingCache
 from attention_zoo_keras.naming import NameRegistry
 from attention_zoo_keras.naming import did_you_mean
 
@@ -163,97 +163,6 @@ def call_options(name, options):
     (the rest configure its weights)."""
     accepted = _keyword_defaults(get_mechanism(name), set(CALL_ARGUMENTS))
     return {option: value for option, value in options.items() if option in accepted}
-
-
-class DecodingCache(abc.ABC):
-    """The decoding protocol: what one attention layer keeps between
-    decoding steps, and how new positions attend with it.
-
-    Causal self-attention over positions `0 … t0 + T − 1`, of which the
-    cache summarises `0 … t0 − 1` and the call brings the `T` new ones
-    `t0 … t0 + T − 1` (`t0 = cache_update_index`), must give the same output
-    for the new queries as the mechanism on the whole sequence:
-
-        (output, new_cache) = attend_with_cache(Q_new, K_new, V_new, cache, t0)
-        output == mechanism(Q, K, V, is_causal=True)[:, t0 : t0 + T]
-
-    One exception: LSH attention's chunks depend on the whole sequence, so
-    no cache can reproduce its full pass; `lsh.LSHDecodingCache` decodes as
-    the Reformer's reference implementation does instead.
-
-    Attributes:
-        position_addressed: `True` if the cache stores each position in its
-            own slot (a key/value cache): writing a position again replaces
-            it, so a caller may re-feed positions. `False` if it is a running
-            summary (a recurrent state): every position must be fed exactly
-            once, in order, and the cache has no `max_length` dimension.
-
-    Example (the softmax key/value cache; the linear recurrent state has the
-    same interface):
-
-    >>> import numpy as np
-    >>> from attention_zoo_keras.attention.registry import get_decoding
-    >>> decoding = get_decoding("softmax")
-    >>> cache = decoding.initial_cache(2, 8, num_heads=4, head_dim=16, dtype="float32")
-    >>> x = np.random.rand(2, 3, 4, 16).astype("float32")
-    >>> out, cache = decoding.attend_with_cache(x, x, x, cache, cache_update_index=0)
-    >>> tuple(out.shape), decoding.position_addressed
-    ((2, 3, 4, 16), True)
-    """
-
-    position_addressed = True
-
-    @abc.abstractmethod
-    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, **options):
-        """The empty cache of one layer, a (nested) tuple of tensors whose
-        axis 0 is the batch (so beam search reorders it with `ops.take`).
-
-        Args:
-            batch: number of sequences.
-            max_length: longest total length the cache must hold (ignored
-                by caches that are not position-addressed).
-            num_heads, head_dim: the layer's heads and per-head size.
-            dtype: the layer's compute dtype.
-            **options: the mechanism's call options (`call_options`), for
-                caches whose shape depends on one (linear's feature map).
-        """
-
-    @abc.abstractmethod
-    def attend_with_cache(
-        self,
-        query,
-        key,
-        value,
-        cache,
-        cache_update_index,
-        attention_mask=None,
-        is_causal=True,
-        dropout_rate=0.0,
-        training=False,
-        seed_generator=None,
-        **arguments,
-    ):
-        """New positions attend over the cached ones and themselves.
-
-        Args:
-            query, key, value: `(batch, T, num_heads, head_dim)`, the new
-                positions' projections.
-            cache: from `initial_cache` or a previous call (use the returned
-                one: a cache may be updated in place, see
-                `backend_support.write_rows`).
-            cache_update_index: int32 scalar `t0`, the first new position.
-            attention_mask: optional boolean `(batch or 1, 1, T or 1,
-                positions)` over absolute positions (at least `t0 + T` of
-                them), `True` where a position holds a real token (the
-                outputs at padding positions are unspecified).
-            is_causal: new query `i` sees positions `≤ t0 + i`.
-            dropout_rate, training, seed_generator: as for the mechanism.
-            **arguments: the mechanism's call options and weights, as the
-                layer passes them to the mechanism.
-
-        Returns:
-            `(output (batch, T, num_heads, head_dim), new_cache)`.
-        """
 
 
 def register_decoding(name, decoding):

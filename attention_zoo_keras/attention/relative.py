@@ -64,21 +64,19 @@ import keras
 from keras import ops
 from keras import random
 
+from attention_zoo_keras.attention.blocks import axis_size
+from attention_zoo_keras.attention.decoding import KeyValueCache
+from attention_zoo_keras.attention.masks import causal_mask
+from attention_zoo_keras.attention.masks import masked_logit
+from attention_zoo_keras.attention.masks import relative_distances
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
-from attention_zoo_keras.attention.softmax import KeyValueCache
-from attention_zoo_keras.attention.softmax import _masked_logit
-from attention_zoo_keras.attention.softmax import causal_mask
 
 
-def _length(x, axis=1):
-    """The static size of `x` along `axis`, or its dynamic size."""
-    size = x.shape[axis]
-    return ops.shape(x)[axis] if size is None else size
-
-
-def _check_table(table, name, num_heads, head_dim):
-    """Validates a relative-embedding table; returns its number of rows."""
+def _check_table(table, name, num_heads, head_dim, sized_by="query"):
+    """Validates a relative-embedding table whose width must be `head_dim`,
+    the head size of `sized_by` (the query for w^K, the value for w^V);
+    returns its number of rows."""
     rank = len(table.shape)
     if rank not in (2, 3):
         raise ValueError(
@@ -86,7 +84,7 @@ def _check_table(table, name, num_heads, head_dim):
             f"(num_heads, num_distances, head_dim) per head; got shape {tuple(table.shape)}."
         )
     if table.shape[-1] is not None and head_dim is not None and table.shape[-1] != head_dim:
-        raise ValueError(f"{name} has head_dim {table.shape[-1]}, the query has {head_dim}.")
+        raise ValueError(f"{name} has head_dim {table.shape[-1]}, the {sized_by} has {head_dim}.")
     if rank == 3 and table.shape[0] is not None and num_heads is not None and table.shape[0] != num_heads:
         raise ValueError(f"{name} has {table.shape[0]} heads, the query has {num_heads}.")
     return table.shape[-2]
@@ -97,13 +95,6 @@ def _times_table(query, table):
     if len(table.shape) == 2:
         return ops.einsum("btnh,rh->bntr", query, table)
     return ops.einsum("btnh,nrh->bntr", query, table)
-
-
-def _distances(query_length, key_length, query_offset):
-    """`(T, S)` int32: key position minus query position, j − (i + offset)."""
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
-    key_positions = ops.arange(key_length, dtype="int32")
-    return key_positions[None, :] - query_positions[:, None]
 
 
 def relative_position_indices(query_length, key_length, max_distance, query_offset=None):
@@ -127,7 +118,7 @@ def relative_position_indices(query_length, key_length, max_distance, query_offs
     """
     if query_offset is None:
         query_offset = key_length - query_length
-    distances = _distances(query_length, key_length, query_offset)
+    distances = relative_distances(query_length, key_length, query_offset)
     return ops.clip(distances, -max_distance, max_distance) + max_distance
 
 
@@ -160,7 +151,7 @@ def skewed_relative_logits(query, relative_embeddings):
     relative_embeddings = ops.convert_to_tensor(relative_embeddings, dtype=query.dtype)
     num_heads, head_dim = query.shape[2], query.shape[3]
     rows = _check_table(relative_embeddings, "relative_embeddings", num_heads, head_dim)
-    length = _length(query)
+    length = axis_size(query)
     if isinstance(length, int) and rows is not None and rows < length:
         raise ValueError(
             f"relative_embeddings has {rows} distances; a query of length {length} needs at least {length}."
@@ -198,7 +189,7 @@ def _gathered_relative_logits(query, table, key_length, window, max_distance, qu
     lo, hi = window
     rows = table[..., lo + max_distance : hi + max_distance + 1, :]
     per_distance = _times_table(query, rows)  # (B, N, T, hi − lo + 1)
-    distances = _distances(_length(query), key_length, query_offset)
+    distances = relative_distances(axis_size(query), key_length, query_offset)
     indices = ops.clip(distances, lo, hi) - lo
     return ops.take_along_axis(per_distance, indices[None, None, :, :], axis=-1)
 
@@ -214,9 +205,9 @@ def _bucketed(probabilities, window, query_offset):
     lo, hi = window
     if lo == hi:
         return ops.sum(probabilities, axis=-1, keepdims=True)
-    query_length, key_length = _length(probabilities, 2), _length(probabilities, 3)
+    query_length, key_length = axis_size(probabilities, 2), axis_size(probabilities, 3)
     zero = ops.zeros((), probabilities.dtype)
-    distances = _distances(query_length, key_length, query_offset)  # (T, S)
+    distances = relative_distances(query_length, key_length, query_offset)  # (T, S)
     far_left = ops.sum(ops.where(distances <= lo, probabilities, zero), axis=-1, keepdims=True)
     far_right = ops.sum(ops.where(distances >= hi, probabilities, zero), axis=-1, keepdims=True)
     if hi - lo == 1:
@@ -312,7 +303,7 @@ def relative_attention(
     Args:
         query: `(B, T, N, H)`.
         key: `(B, S, N, H)`.
-        value: `(B, S, N, H)`.
+        value: `(B, S, N, M)`; `M` may differ from `H` (then w^V is `M` wide).
         attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True` attends.
         is_causal: also forbid attending to later positions. With `T == S`
             (and the default `query_offset`) the relative logits come from
@@ -322,7 +313,8 @@ def relative_attention(
         seed_generator: a `keras.random.SeedGenerator` for the dropout.
         relative_key_embeddings: w^K, `(2k + 1, H)` shared by all heads or
             `(N, 2k + 1, H)` per head; row `r` is distance `r − k`.
-        relative_value_embeddings: w^V, same layout, or `None` for no a^V term.
+        relative_value_embeddings: w^V, the same layout with `M` columns, or
+            `None` for no a^V term.
         max_distance: the clipping distance k; inferred from the tables'
             rows when omitted, checked against them when given.
         query_offset: absolute position of the first query (keys start at
@@ -330,7 +322,7 @@ def relative_attention(
         scale: logit scale; defaults to `1 / sqrt(H)`.
 
     Returns:
-        `(B, T, N, H)`.
+        `(B, T, N, M)`.
 
     Example:
 
@@ -355,10 +347,10 @@ def relative_attention(
     value_table = None
     if relative_value_embeddings is not None:
         value_table = ops.convert_to_tensor(relative_value_embeddings, dtype=query.dtype)
-        _check_table(value_table, "relative_value_embeddings", num_heads, value.shape[3])
+        _check_table(value_table, "relative_value_embeddings", num_heads, value.shape[3], "value")
         _max_distance_of(value_table, max_distance, "relative_value_embeddings")
 
-    query_length, key_length = _length(query), _length(key)
+    query_length, key_length = axis_size(query), axis_size(key)
     static = isinstance(query_length, int) and isinstance(key_length, int)
     default_offset = query_offset is None or (
         static and isinstance(query_offset, int) and query_offset == key_length - query_length
@@ -385,7 +377,7 @@ def relative_attention(
         causal = causal_mask(query_length, key_length, offset=query_offset)
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
-        logits = ops.where(mask, logits, _masked_logit(logits.dtype))
+        logits = ops.where(mask, logits, masked_logit(logits.dtype))
     probabilities = ops.softmax(logits, axis=-1)
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)

@@ -87,18 +87,18 @@ import numpy as np
 from keras import ops
 from keras import random
 
-from attention_zoo_keras.attention.local import _blocks_with_neighbours
-from attention_zoo_keras.attention.local import _check_self_attention
-from attention_zoo_keras.attention.local import _gather_mask
-from attention_zoo_keras.attention.local import _length
-from attention_zoo_keras.attention.local import _mask_4d
-from attention_zoo_keras.attention.local import _num_blocks
-from attention_zoo_keras.attention.local import _pad_length
+from attention_zoo_keras.attention.blocks import axis_size
+from attention_zoo_keras.attention.blocks import blocks_with_neighbours
+from attention_zoo_keras.attention.blocks import check_self_attention
+from attention_zoo_keras.attention.blocks import count_blocks
+from attention_zoo_keras.attention.blocks import pad_length
+from attention_zoo_keras.attention.decoding import KeyValueCache
+from attention_zoo_keras.attention.masks import gather_mask
+from attention_zoo_keras.attention.masks import mask_4d
+from attention_zoo_keras.attention.masks import masked_logit
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
-from attention_zoo_keras.attention.softmax import KeyValueCache
 from attention_zoo_keras.attention.softmax import softmax_attention
-from attention_zoo_keras.attention.softmax import _masked_logit
 from attention_zoo_keras.naming import did_you_mean
 
 PATTERNS = ("strided", "fixed")
@@ -258,24 +258,24 @@ def sparse_attention(
     (2, 10, 4, 8)
     """
     _check_arguments(pattern, stride, c, combine)
-    _check_self_attention(query, key, value, "Sparse")
-    length = _length(query)
-    num_blocks = _num_blocks(length, stride)
+    check_self_attention(query, key, value, "Sparse")
+    length = axis_size(query)
+    num_blocks = count_blocks(length, stride)
     padding = num_blocks * stride - length
     batch = ops.shape(query)[0]
     num_heads, depth, value_depth = query.shape[2], query.shape[3], value.shape[3]
     if scale is None:
         scale = 1.0 / math.sqrt(depth)
 
-    query_blocks = ops.reshape(_pad_length(query, padding), (batch, -1, stride, num_heads, depth))
-    key, value = _pad_length(key, padding), _pad_length(value, padding)
+    query_blocks = ops.reshape(pad_length(query, padding), (batch, -1, stride, num_heads, depth))
+    key, value = pad_length(key, padding), pad_length(value, padding)
     # Positions and pattern masks: numpy constants for a static length (built
     # once when traced), keras.ops for a dynamic one.
     xp = np if isinstance(length, int) else ops
     block_index = xp.arange(num_blocks)[:, None, None]
     query_position = block_index * stride + xp.arange(stride)[None, :, None]  # (blocks, l, 1)
     last = length - 1
-    user = None if attention_mask is None else _mask_4d(attention_mask, length, length)
+    user = None if attention_mask is None else mask_4d(attention_mask, length, length)
 
     def visible(key_position, near_blocks=None):
         """The pattern ∧ key inside the sequence ∧ the user's mask; with
@@ -289,16 +289,16 @@ def sparse_attention(
             near = xp.logical_and(key_block >= block_index + near_blocks[0], key_block <= block_index + near_blocks[1])
             mask = xp.logical_and(mask, xp.logical_not(near))
         if user is not None:
-            gathered = _gather_mask(user, ops.minimum(query_position, last), ops.clip(key_position, 0, last))
+            gathered = gather_mask(user, ops.minimum(query_position, last), ops.clip(key_position, 0, last))
             mask = ops.logical_and(gathered, mask)
         return mask
 
-    masked = _masked_logit(query_blocks.dtype)
+    masked = masked_logit(query_blocks.dtype)
 
     # Near part: the query's block and its neighbours.
     left, right = (1, 0 if is_causal else 1) if pattern == "strided" else (0, 0)
-    near_key = _blocks_with_neighbours(key, num_blocks, stride, left, right)  # (B, blocks, W, N, D)
-    near_value = _blocks_with_neighbours(value, num_blocks, stride, left, right)
+    near_key = blocks_with_neighbours(key, num_blocks, stride, left, right)  # (B, blocks, W, N, D)
+    near_value = blocks_with_neighbours(value, num_blocks, stride, left, right)
     near_width = (left + right + 1) * stride
     near_position = (block_index - left) * stride + xp.arange(near_width)[None, None, :]  # (blocks, 1, W)
     near_logits = ops.einsum("bkinh,bkjnh->bnkij", query_blocks, near_key)
@@ -366,8 +366,8 @@ def _attend_over_cache(
     """
     num_heads = query.shape[2]
     rows = sparse_mask(
-        _length(key_cache), pattern, stride, c, combine, is_causal, num_heads,
-        query_offset=query_offset, query_length=_length(query),
+        axis_size(key_cache), pattern, stride, c, combine, is_causal, num_heads,
+        query_offset=query_offset, query_length=axis_size(query),
     )
     rows = rows[None, None] if combine != "heads" else rows[None]
     mask = rows if attention_mask is None else ops.logical_and(attention_mask, rows)

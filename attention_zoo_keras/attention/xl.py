@@ -39,12 +39,12 @@ import math
 from keras import ops
 from keras import random
 
+from attention_zoo_keras.attention.decoding import KeyValueCache
+from attention_zoo_keras.attention.masks import causal_mask
+from attention_zoo_keras.attention.masks import masked_logit
+from attention_zoo_keras.attention.masks import relative_distances
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
-from attention_zoo_keras.attention.relative import _distances
-from attention_zoo_keras.attention.softmax import KeyValueCache
-from attention_zoo_keras.attention.softmax import _masked_logit
-from attention_zoo_keras.attention.softmax import causal_mask
 
 
 def xl_attention_mask(query_length, key_length, attention_span=None, query_offset=None):
@@ -67,7 +67,7 @@ def xl_attention_mask(query_length, key_length, attention_span=None, query_offse
         query_offset = key_length - query_length
     mask = causal_mask(query_length, key_length, query_offset)
     if attention_span is not None:
-        mask = ops.logical_and(mask, _distances(query_length, key_length, query_offset) > -attention_span)
+        mask = ops.logical_and(mask, relative_distances(query_length, key_length, query_offset) > -attention_span)
     return mask
 
 
@@ -88,7 +88,7 @@ def _gathered_position_logits(position_query, position_keys, key_length, query_o
     the `(R, N, H)` distance table (row d for distance d, the last row for
     all longer ones)."""
     by_distance = ops.einsum("btnh,rnh->bntr", position_query, position_keys)
-    distances = -_distances(ops.shape(position_query)[1], key_length, query_offset)
+    distances = -relative_distances(ops.shape(position_query)[1], key_length, query_offset)
     rows = ops.clip(distances, 0, ops.shape(position_keys)[0] - 1)
     return ops.take_along_axis(by_distance, rows[None, None, :, :], axis=-1)
 
@@ -126,7 +126,8 @@ def xl_attention(
 
     Args:
         query: `(B, T, N, H)`, the current segment.
-        key, value: `(B, S, N, H)`, memory then segment (`S = m + T`).
+        key: `(B, S, N, H)`, memory then segment (`S = m + T`).
+        value: `(B, S, N, M)`, the same positions; `M` may differ from `H`.
         attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True`
             attends (e.g. `xl_attention_mask` for `same_length`).
         is_causal: also forbid keys after the query's position. The
@@ -143,7 +144,7 @@ def xl_attention(
             `S − T` (the last query is aligned with the last key).
 
     Returns:
-        `(B, T, N, H)`.
+        `(B, T, N, M)`.
 
     Example:
 
@@ -180,7 +181,7 @@ def xl_attention(
         causal = causal_mask(query_length, key_length, query_offset)
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
-        logits = ops.where(mask, logits, _masked_logit(logits.dtype))
+        logits = ops.where(mask, logits, masked_logit(logits.dtype))
     probabilities = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), dtype)
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)

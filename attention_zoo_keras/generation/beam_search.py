@@ -24,19 +24,35 @@ hypothesis is the same. The length penalty is Wu et al. (2016), "Google's
 Neural Machine Translation System", in its simple `|y|^α` form.
 """
 
+import numbers
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
 _NEG = -1.0e9
 
 
+class BeamOptions(NamedTuple):
+    """How `beam_search` searches: `num_beams` hypotheses per prompt, scored
+    with `length_penalty`, stopped by `early_stopping` (see the module
+    docstring). Hashable, so that it keys a compiled program."""
+
+    num_beams: int = 4
+    length_penalty: float = 1.0
+    early_stopping: object = False
+
+
 def check_beam_options(num_beams, length_penalty, early_stopping):
-    """Validates the options; returns them normalised."""
-    if int(num_beams) != num_beams or num_beams < 1:
-        raise ValueError(f"num_beams must be a positive integer; got {num_beams}.")
-    if early_stopping not in (True, False, "never"):
+    """Validates the options; returns them normalised, as `BeamOptions`."""
+    if isinstance(num_beams, bool) or not isinstance(num_beams, numbers.Real) or not float(num_beams).is_integer() \
+            or num_beams < 1:
+        raise ValueError(f"num_beams must be a positive integer; got {num_beams!r}.")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real):
+        raise ValueError(f"length_penalty must be a number; got {length_penalty!r}.")
+    if not (isinstance(early_stopping, bool) or early_stopping == "never"):
         raise ValueError(f"early_stopping must be True, False or 'never'; got {early_stopping!r}.")
-    return int(num_beams), float(length_penalty), early_stopping
+    return BeamOptions(int(num_beams), float(length_penalty), early_stopping)
 
 
 def _gather_beams(tensor, indices):
@@ -46,54 +62,43 @@ def _gather_beams(tensor, indices):
     return ops.take_along_axis(tensor, ops.broadcast_to(expanded, ops.shape(indices) + ops.shape(tensor)[2:]), axis=1)
 
 
-def beam_search(
-    step,
-    token_ids,
-    cache,
-    prompt_length,
-    max_length,
-    stop_token_ids,
-    num_beams,
-    length_penalty=1.0,
-    early_stopping=False,
-    constants=(),
-    process_log_probs=None,
-):
+def beam_search(step, state, options, process_log_probs=None):
     """Best continuation of each prompt (all prompts the same length).
 
     Args:
         step: `step(token_ids (batch·K, 1), cache, index, *constants) ->
             (logits (batch·K, vocabulary), cache)`, the model on the token at
             `index` given a cache of every earlier position.
-        token_ids: `(batch, buffer_length)` int32: the prompts in
-            `[:, :prompt_length]`, the pad id after.
-        cache: the model's cache for `batch · K` rows (each prompt's rows
-            consecutive), holding positions `[0, prompt_length − 1)` (a
-            position-addressed cache may hold more); the first step feeds
-            position `prompt_length − 1`.
-        prompt_length: int32 scalar, the length of every prompt.
-        max_length: int32 scalar ≤ buffer_length, the longest total length.
-        stop_token_ids: `(num_stop,)` int32 (`[-1]` for none).
-        num_beams, length_penalty, early_stopping: see the module docstring.
-        constants: more tensors `step` takes, the same at every step.
+        state: a `DecodingState`: `token_ids` `(batch, buffer_length)` int32,
+            the prompts in `[:, :start_index]` and the pad id after;
+            `end_positions` `(batch,)`, of which the largest is the longest
+            total length; `stop_token_ids`; `start_index`, the length of
+            every prompt; `cache`, the model's cache for `batch · K` rows
+            (each prompt's rows consecutive) holding positions
+            `[0, start_index − 1)` (a position-addressed cache may hold
+            more); the first step feeds position `start_index − 1`; and the
+            `constants` `step` takes. Its `prompt_mask` is not used.
+        options: `BeamOptions` (see the module docstring).
         process_log_probs: optionally `process_log_probs(log_probs (batch·K,
-            vocabulary), index) -> log_probs`, applied to each step's
-            log-probabilities of the token after position `index` before
-            they add to the beams' scores (as `transformers` applies its
-            logits processors in beam search: e.g. suppressed tokens at −∞,
-            not renormalised).
+            vocabulary), index, end_positions (batch·K,)) -> log_probs`,
+            applied to each step's log-probabilities of the token after
+            position `index` before they add to the beams' scores (as
+            `transformers` applies its logits processors in beam search:
+            e.g. suppressed tokens at −∞, not renormalised).
 
     Returns:
         `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
         buffer_length)` (the pad id after its end) and its total length
         `(batch,)`.
     """
+    token_ids, stop_token_ids, cache, constants = state.token_ids, state.stop_token_ids, state.cache, state.constants
+    beams, length_penalty, early_stopping = options
     batch, buffer_length = ops.shape(token_ids)
-    beams = num_beams
     num_stop = ops.shape(stop_token_ids)[0]
     keep = max(2, 1 + num_stop) * beams
-    prompt_length = ops.cast(prompt_length, "int32")
-    max_length = ops.cast(max_length, "int32")
+    prompt_length = ops.cast(state.start_index, "int32")
+    max_length = ops.cast(ops.max(state.end_positions), "int32")
+    row_end_positions = ops.repeat(ops.cast(state.end_positions, "int32"), beams, axis=0)
     positions = ops.arange(buffer_length, dtype="int32")
     in_top_beams = ops.arange(keep) < beams
 
@@ -113,7 +118,7 @@ def beam_search(
         logits, cache = step(previous, cache, index - 1, *constants)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         if process_log_probs is not None:
-            log_probs = process_log_probs(log_probs, index - 1)
+            log_probs = process_log_probs(log_probs, index - 1, row_end_positions)
         vocabulary = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch, beams, vocabulary)) + running_scores[:, :, None]
         top_scores, top_indices = ops.top_k(ops.reshape(log_probs, (batch, beams * vocabulary)), k=keep)

@@ -22,47 +22,31 @@ program (see `backend_support.compile_inference`).
 from keras import ops
 
 
-def decode_in_place(
-    step,
-    token_ids,
-    prompt_mask,
-    end_positions,
-    stop_token_ids,
-    uniforms,
-    cache,
-    start_index,
-    sampler,
-    pad_id,
-    constants=(),
-):
-    """Fills `token_ids` past the prompts, one position per step.
+def decode_in_place(step, state, sampler, uniforms, pad_id, process_logits=None):
+    """Fills `state.token_ids` past the prompts, one position per step.
 
     Args:
         step: `step(token_ids (batch, 1), cache, index, *constants) ->
             (logits (batch, vocabulary), cache)`: the model on the token at
             `index`, given a cache that holds every position before it.
-        token_ids: `(batch, buffer_length)` int32, the right-padded prompts.
-        prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens.
-        end_positions: `(batch,)` int32: row `b` writes no position at or
-            past `end_positions[b]`.
-        stop_token_ids: `(num_stop,)` int32; a row stops after emitting one
-            (pass `[-1]` for none).
+        state: a `DecodingState` (the right-padded prompts, where each row
+            ends, the stop ids, the first position to decode, the cache
+            and the step's constants).
+        sampler: a `Sampler`.
         uniforms: `(batch, buffer_length)` float32 in [0, 1), the sampler's
             randomness for each position.
-        cache: the model's cache, holding positions `[0, start_index − 1)`
-            (a position-addressed cache may hold more: the steps rewrite
-            them).
-        start_index: int32 scalar, the first position to decode (the
-            shortest prompt's length).
-        sampler: a `Sampler`.
         pad_id: id written where a row generates nothing.
-        constants: more tensors `step` takes, the same at every step (e.g.
-            weights laid out for decoding).
+        process_logits: optionally `process_logits(logits (batch,
+            vocabulary) float32, index, end_positions) -> logits`, applied
+            before the sampler chooses the token after position `index`
+            (e.g. suppressed tokens at −∞).
 
     Returns:
         `(token_ids, valid)`: the filled buffer and a bool mask `(batch,
         buffer_length)` of the positions holding a prompt or generated token.
     """
+    token_ids, prompt_mask, end_positions = state.token_ids, state.prompt_mask, state.end_positions
+    stop_token_ids, constants = state.stop_token_ids, state.constants
     batch, buffer_length = ops.shape(token_ids)
 
     def column(tensor, index):
@@ -74,6 +58,8 @@ def decode_in_place(
     def decode_one(index, token_ids, valid, done, cache):
         previous = ops.slice(token_ids, [0, index - 1], [batch, 1])
         logits, cache = step(previous, cache, index - 1, *constants)
+        if process_logits is not None:
+            logits = process_logits(ops.cast(logits, "float32"), index - 1, end_positions)
         chosen = sampler.choose(logits, column(uniforms, index))
         in_prompt = column(prompt_mask, index)
         writes = ops.logical_and(
@@ -88,9 +74,9 @@ def decode_in_place(
         done = ops.logical_or(done, ops.greater_equal(index + 1, end_positions))
         return index + 1, token_ids, valid, done, cache
 
-    start_index = ops.cast(start_index, "int32")
+    start_index = ops.cast(state.start_index, "int32")
     done = ops.less_equal(end_positions, start_index)
     _, token_ids, valid, _, _ = ops.while_loop(
-        keep_going, decode_one, (start_index, token_ids, prompt_mask, done, cache)
+        keep_going, decode_one, (start_index, token_ids, prompt_mask, done, state.cache)
     )
     return token_ids, valid

@@ -196,6 +196,12 @@ def sampler_names():
     return sorted([*_SAMPLERS, "beam"])
 
 
+def sampler_option_names():
+    """Every option some sampler takes (`temperature`, `k`, `p`): the
+    keyword arguments `generate` passes on to the sampler."""
+    return sorted({name for cls in _SAMPLERS.values() for name in inspect.signature(cls).parameters})
+
+
 def get_sampler(sampler, **options):
     """A `Sampler` from a name and its options, or `sampler` itself.
 
@@ -219,9 +225,9 @@ def get_sampler(sampler, **options):
                 "instance; set them on the instance instead."
             )
         return sampler
-    if sampler not in _SAMPLERS:
+    if not isinstance(sampler, str) or sampler not in _SAMPLERS:
         raise ValueError(
-            f"Unknown sampler '{sampler}'.{did_you_mean(sampler, sampler_names())} "
+            f"Unknown sampler {sampler!r}.{did_you_mean(sampler, sampler_names())} "
             f"Known samplers: {', '.join(sampler_names())}."
         )
     cls = _SAMPLERS[sampler]

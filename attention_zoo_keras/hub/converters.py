@@ -4,7 +4,14 @@ A repo in `transformers` format (its `config.json` has a `model_type`) is
 converted on the fly when loaded: each model family registers one converter
 that translates the config, renames and reshapes the tensors to this
 library's variable keys, and builds the tokenizer and preprocessor settings.
+
+A converter is also its family's knowledge of checkpoints in general, used for
+native presets too: which config sizes the weights' shapes fix
+(`checkpoint_sizes`, checked before anything is allocated), and how a
+checkpoint is adapted to a model built with other settings (`adapt_arrays`).
 """
+
+import re
 
 
 def copy_dense(arrays, ours, theirs, checkpoint, transpose=True):
@@ -38,12 +45,28 @@ class TransformersConverter:
             (tokenizer, settings), so tasks can be built from that preset.
         optional_keys: backbone variable keys a checkpoint may lack (for
             example BERT's pooler, which `BertForMaskedLM` does not have).
+        ignored_source_keys: regular expressions (matched in full) of the
+            source tensors `weights` knowingly leaves unread, such as
+            `position_ids` buffers or a pre-training head this library does
+            not compute; any other unread tensor is an error when loading.
+        head_keys: regular expressions (matched in full) of converted keys
+            that belong to a part the loaded model may lack (a task head, an
+            optional pooler): they are dropped without error when no
+            variable takes them, as a `BertForMaskedLM`'s head when loading
+            a `BertBackbone`.
+        checkpoint_sizes: `{backbone argument: (variable key, axis)}`: the
+            argument must equal that axis of the checkpoint's tensor (e.g.
+            `vocabulary_size` is axis 0 of the token embedding), checked
+            from the weights' headers before the model is built.
     """
 
     model_type = None
     backbone_cls = None
     preprocessor_cls = None
     optional_keys = frozenset()
+    ignored_source_keys = ()
+    head_keys = ()
+    checkpoint_sizes = {}
 
     def backbone_config(self, hf_config):
         """Keyword arguments of `backbone_cls` for a `transformers` config."""
@@ -53,6 +76,17 @@ class TransformersConverter:
         """`{variable key: array}` for every weight the checkpoint provides,
         backbone and task heads alike."""
         raise NotImplementedError
+
+    def checkpoint_arguments(self, hf_config, checkpoint, arguments):
+        """Backbone arguments the checkpoint's tensors imply (e.g. whether it
+        holds a pooler), given the `arguments` already chosen; those win."""
+        return {}
+
+    def adapt_arrays(self, backbone, arrays, source_description):
+        """`arrays` (native or converted, `{key: array}`) fitted to
+        `backbone` where its settings differ from the checkpoint's (e.g. a
+        ViT position grid for another image size); by default unchanged."""
+        return arrays
 
     def task_config(self, task_cls, source, hf_config):
         """Task arguments the checkpoint implies (e.g. its number of labels)."""
@@ -74,6 +108,19 @@ def register_converter(converter):
     """Registers a `TransformersConverter` instance under its `model_type`."""
     _CONVERTERS[converter.model_type] = converter
     return converter
+
+
+def converter_for_backbone(backbone_cls):
+    """The registered converter of `backbone_cls`'s family, or `None`."""
+    for converter in _CONVERTERS.values():
+        if converter.backbone_cls is not None and issubclass(backbone_cls, converter.backbone_cls):
+            return converter
+    return None
+
+
+def matches_any(key, patterns):
+    """Whether `key` matches one of the regular expressions `patterns` in full."""
+    return any(re.fullmatch(pattern, key) for pattern in patterns)
 
 
 def converter_for(hf_config, source_description):

@@ -13,8 +13,12 @@ A native preset directory holds:
   date;
 - `README.md`: a model card with Hub metadata.
 
+A backbone preset may also carry task heads (`save_preset_with_heads`):
+tensors `heads/<TaskClassName>/<key>` and `"heads"` in `config.json`.
+
 A directory or repo in `transformers` format (`config.json` with
-`model_type`) is read through the family's registered converter instead.
+`model_type`) is read through the family's registered converter instead;
+`preset_loader` decides which, once per load.
 """
 
 import datetime
@@ -25,15 +29,14 @@ import keras
 
 from attention_zoo_keras.hub.atomic import atomic_directory
 from attention_zoo_keras.hub.atomic import write_atomically
-from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.model_card import model_card
 from attention_zoo_keras.hub.model_card import with_parity_section
 from attention_zoo_keras.hub.model_card import with_source
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import INDEX_FILE
-from attention_zoo_keras.hub.weights import Checkpoint
 from attention_zoo_keras.hub.weights import parse_size
-from attention_zoo_keras.hub.weights import save_weights
+from attention_zoo_keras.hub.weights import save_arrays
+from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.registration import PACKAGE
 from attention_zoo_keras.registration import serialize
 from attention_zoo_keras.version import __version__
@@ -43,6 +46,7 @@ METADATA_FILE = "metadata.json"
 PREPROCESSOR_FILE = "preprocessor.json"
 TOKENIZER_FILE = "tokenizer.json"
 MODEL_CARD_FILE = "README.md"
+HEADS_KEY = "heads"
 
 # The files a preset saved before `metadata.json` listed its files may hold.
 _PRESET_FILE_NAMES = {
@@ -105,30 +109,91 @@ def save_preset(model, directory, preprocessor=None, family=None, max_shard_size
     if parse_size(max_shard_size) <= 0:
         raise ValueError(f"max_shard_size must be positive; got {max_shard_size!r}.")
     with staged_preset(directory) as staging:
-        _write_json(
-            staging / CONFIG_FILE,
-            {"library": PACKAGE, "library_version": __version__, **serialize(model)},
-        )
-        save_weights(model, staging, max_shard_size=max_shard_size)
-        if preprocessor is not None:
-            write_preprocessor_files(preprocessor, staging)
-        parameter_count = int(model.count_params())
-        (staging / MODEL_CARD_FILE).write_text(
-            model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
-            encoding="utf-8",
-        )
-        _write_json(
-            staging / METADATA_FILE,
-            {
-                "library": PACKAGE,
-                "library_version": __version__,
-                "keras_version": keras.__version__,
-                "saved_with_backend": keras.backend.backend(),
-                "class_name": type(model).__name__,
-                "parameter_count": parameter_count,
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "files": sorted({entry.name for entry in staging.iterdir()} | {METADATA_FILE}),
-            },
+        _write_preset_files(staging, model, preprocessor, family, max_shard_size)
+
+
+def _write_preset_files(staging, model, preprocessor, family, max_shard_size, heads=None, head_arrays=None):
+    """Writes every file of a native preset of `model` into `staging`: the
+    config (with `heads`, task arguments by class name, when given), the
+    weights (with `head_arrays`, keyed `heads/<class>/<key>`), the
+    preprocessor's files, the model card and `metadata.json` listing them."""
+    config = {"library": PACKAGE, "library_version": __version__, **serialize(model)}
+    if heads:
+        config[HEADS_KEY] = heads
+    _write_json(staging / CONFIG_FILE, config)
+    save_arrays({**variables_by_key(model), **(head_arrays or {})}, staging, max_shard_size=max_shard_size)
+    if preprocessor is not None:
+        write_preprocessor_files(preprocessor, staging)
+    parameter_count = int(model.count_params()) + sum(int(v.size) for v in (head_arrays or {}).values())
+    (staging / MODEL_CARD_FILE).write_text(
+        model_card(type(model).__name__, family or "", parameter_count, model.get_config()),
+        encoding="utf-8",
+    )
+    _write_json(
+        staging / METADATA_FILE,
+        {
+            "library": PACKAGE,
+            "library_version": __version__,
+            "keras_version": keras.__version__,
+            "saved_with_backend": keras.backend.backend(),
+            "class_name": type(model).__name__,
+            "parameter_count": parameter_count,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "files": sorted({entry.name for entry in staging.iterdir()} | {METADATA_FILE}),
+        },
+    )
+
+
+def save_preset_with_heads(backbone, tasks, directory, preprocessor=None, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+    """Writes `backbone` as a native preset that also carries the heads of
+    `tasks`, atomically (as `save_preset`).
+
+    One preset then serves every task: `<TaskClass>.from_preset(directory)`
+    builds that task with its saved arguments (keyword arguments override
+    them) and loads its head, while `from_preset` of the backbone or of a
+    task not saved here loads the backbone alone. The head of task `T` is
+    stored as the tensors `heads/T/<key>` (`key` the path of a variable of
+    `T` that is not its backbone's) and its constructor arguments (less
+    `backbone`, `preprocessor`, `name`, `trainable`) as
+    `config.json["heads"]["T"]`. Why: a checkpoint trained with several heads
+    (ViLBERT's multi-task model) converts once, not once per head.
+
+    Args:
+        backbone: the shared `Backbone`.
+        tasks: tasks built on that very backbone object, at most one per class.
+        directory: the preset directory (missing, empty, or a native preset).
+        preprocessor: saved with the preset, if given.
+        max_shard_size: as in `save_preset`.
+
+    Raises:
+        ValueError: a task is built on another backbone, or two tasks share
+            a class.
+
+    Example:
+
+    >>> classifier = BertTextClassifier(backbone, num_classes=2)       # doctest: +SKIP
+    >>> save_preset_with_heads(backbone, [classifier, BertMaskedLM(backbone)], "./bert")  # doctest: +SKIP
+    >>> BertTextClassifier.from_preset("./bert")  # the saved head      # doctest: +SKIP
+    """
+    if parse_size(max_shard_size) <= 0:
+        raise ValueError(f"max_shard_size must be positive; got {max_shard_size!r}.")
+    backbone_keys = set(variables_by_key(backbone))
+    heads, head_arrays = {}, {}
+    for task in tasks:
+        name = type(task).__name__
+        if getattr(task, "backbone", None) is not backbone:
+            raise ValueError(f"The {name} passed to save_preset_with_heads is not built on the backbone given.")
+        if name in heads:
+            raise ValueError(f"save_preset_with_heads got two {name} tasks; a preset holds one head per task class.")
+        config = serialize(task)["config"]
+        heads[name] = {key: value for key, value in config.items() if key not in ("backbone", "preprocessor", "name", "trainable")}
+        for key, variable in variables_by_key(task).items():
+            if key not in backbone_keys:
+                head_arrays[f"{HEADS_KEY}/{name}/{key}"] = keras.ops.convert_to_numpy(variable)
+    with staged_preset(directory) as staging:
+        _write_preset_files(
+            staging, backbone, preprocessor, getattr(backbone, "family", None), max_shard_size,
+            heads=heads, head_arrays=head_arrays,
         )
 
 
@@ -171,12 +236,3 @@ def write_preprocessor_files(preprocessor, directory):
     )
     if preprocessor.tokenizer is not None:
         preprocessor.tokenizer.save(directory)
-
-
-def load_arrays(source):
-    """`{variable key: array}` of a preset, native or `transformers` format."""
-    config = source.config()
-    checkpoint = Checkpoint(source)
-    if is_native(config):
-        return checkpoint
-    return converter_for(config, source.description).weights(config, checkpoint)

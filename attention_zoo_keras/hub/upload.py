@@ -6,7 +6,6 @@ so it honours `HF_ENDPOINT` and the user's login like every other Hub tool.
 """
 
 import fnmatch
-import json
 from pathlib import Path
 
 from attention_zoo_keras.hub.model_card import for_repository
@@ -14,9 +13,12 @@ from attention_zoo_keras.hub.preset_format import CONFIG_FILE
 from attention_zoo_keras.hub.preset_format import MODEL_CARD_FILE
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
-from attention_zoo_keras.hub.preset_format import is_native
+from attention_zoo_keras.hub.preset_loader import NativePresetLoader
+from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.source import HF_PREFIX
+from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.weights import INDEX_FILE
+from attention_zoo_keras.registration import UnregisteredClassError
 
 # Files of an earlier preset that would be read with the new one if they were
 # left in the repo: weights (a sharded preset replacing a single file, or the
@@ -77,23 +79,29 @@ def _parse_upload_handle(handle):
 
 
 def _check_native_preset(directory):
+    """`(path of directory, its NativePresetLoader)`, once the preset loader
+    has read it as a native preset (so what is published loads back)."""
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise ValueError(f"Cannot upload '{directory}': it is not a directory.")
-    config_path = path / CONFIG_FILE
+    not_native = ValueError(
+        f"Cannot upload '{directory}': it is not a native attention_zoo_keras preset "
+        f"(no {CONFIG_FILE} written by `save_to_preset`). Save the model with "
+        "`model.save_to_preset(directory)` first."
+    )
+    if not (path / CONFIG_FILE).is_file():
+        raise not_native
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        config = None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        loader = get_preset_loader(str(path))
+    except PresetFileError as error:
         raise ValueError(f"Cannot upload '{directory}': its {CONFIG_FILE} is unreadable ({error}).") from error
-    if not is_native(config):
-        raise ValueError(
-            f"Cannot upload '{directory}': it is not a native attention_zoo_keras preset "
-            f"(no {CONFIG_FILE} written by `save_to_preset`). Save the model with "
-            "`model.save_to_preset(directory)` first."
-        )
-    return path
+    except UnregisteredClassError:
+        raise
+    except ValueError as error:  # neither native nor a known transformers checkpoint
+        raise not_native from error
+    if not isinstance(loader, NativePresetLoader):
+        raise not_native
+    return path, loader
 
 
 def _http_status(error):
@@ -174,7 +182,7 @@ def upload_preset(
     revision = revision or handle_revision
     if create_pr and revision not in (None, "main"):
         raise ValueError(f"create_pr=True opens a pull request against 'main'; it cannot go to {revision!r}.")
-    path = _check_native_preset(directory)
+    path, loader = _check_native_preset(directory)
 
     import huggingface_hub
     from huggingface_hub.errors import LocalTokenNotFoundError
@@ -188,7 +196,7 @@ def upload_preset(
     if not token:
         raise PresetUploadError(no_token)
     if commit_message is None:
-        class_name = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("class_name", "model")
+        class_name = loader.config.get("class_name", "model")
         commit_message = f"Upload {class_name} preset"
 
     api = huggingface_hub.HfApi(token=token)

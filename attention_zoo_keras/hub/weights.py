@@ -7,9 +7,11 @@ files listed by `model.safetensors.index.json`, the layout `transformers` uses.
 Nothing here unpickles: safetensors only.
 """
 
+import collections.abc
 import json
 import re
 import struct
+from pathlib import PurePosixPath
 
 import keras
 import ml_dtypes
@@ -19,10 +21,16 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from attention_zoo_keras.hub.source import PresetFileError
+from attention_zoo_keras.hub.source import inside
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 DEFAULT_MAX_SHARD_SIZE = 5_000_000_000
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint's tensors do not fit the model: a variable it lacks, a
+    shape that differs, or a tensor that no variable takes."""
 
 
 def parse_size(size):
@@ -51,9 +59,10 @@ def variables_by_key(model):
     return variables
 
 
-def save_weights(model, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
-    """Writes `model`'s weights into `directory` as (sharded) safetensors."""
-    arrays = {key: keras.ops.convert_to_numpy(v) for key, v in variables_by_key(model).items()}
+def save_arrays(arrays, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+    """Writes `{key: array or variable}` into `directory` as safetensors:
+    `model.safetensors`, or shards and their index above `max_shard_size`."""
+    arrays = {key: keras.ops.convert_to_numpy(value) for key, value in arrays.items()}
     limit = parse_size(max_shard_size)
     shards, current, current_size = [], {}, 0
     for key, array in arrays.items():
@@ -85,7 +94,9 @@ class Checkpoint:
     Args:
         source: a `PresetSource`.
 
-    Tensors are read lazily, one at a time, as numpy arrays.
+    Tensors are read lazily, one at a time, as numpy arrays; `shape(key)`
+    reads only the file's header. Shard names in the index must stay inside
+    the preset.
     """
 
     def __init__(self, source):
@@ -100,13 +111,30 @@ class Checkpoint:
                 raise PresetFileError(
                     f"'{INDEX_FILE}' of preset '{source.description}' has no 'weight_map'."
                 )
+            for key, filename in weight_map.items():
+                self._check_shard_name(key, filename)
             self._file_of_key = weight_map
         else:
             raise PresetFileError(
                 f"Preset '{source.description}' has no weights: neither '{WEIGHTS_FILE}' "
                 f"nor '{INDEX_FILE}' is there. A checkpoint saved only as PyTorch pickles "
-                "('pytorch_model.bin') is never unpickled at run time; convert it once with the "
-                "scripts in conversion/ (they read it with torch.load(weights_only=True))."
+                "('pytorch_model.bin') is never unpickled at run time; convert it once with "
+                "`azk-convert convert` (it reads it with torch.load(weights_only=True))."
+            )
+
+    def _check_shard_name(self, key, filename):
+        """Refuses an index entry naming a file outside the preset."""
+        where = f"'{INDEX_FILE}' of preset '{self.source.description}'"
+        if not isinstance(filename, str) or not filename:
+            raise PresetFileError(f"{where} maps '{key}' to {filename!r}, which is not a file name.")
+        if self.source.directory is not None:
+            outside = inside(self.source.directory, filename) is None
+        else:  # a hub repo's file names: no absolute path, no `..`
+            outside = PurePosixPath(filename).is_absolute() or ".." in PurePosixPath(filename).parts
+        if outside:
+            raise PresetFileError(
+                f"{where} maps '{key}' to the shard '{filename}', which lies outside the preset "
+                "directory; shards must be files of the preset itself, so nothing was loaded."
             )
 
     def _handle(self, filename):
@@ -115,10 +143,8 @@ class Checkpoint:
             try:
                 self._open_files[filename] = safe_open(str(path), framework="numpy")
             except (SafetensorError, OSError, ValueError) as error:
-                raise PresetFileError(
-                    f"'{filename}' of preset '{self.source.description}' is not a readable "
-                    f"safetensors file ({error}). Delete it to download it again, or re-save "
-                    "the preset."
+                raise self.source.unreadable(
+                    filename, path, f"is not a readable safetensors file ({error})"
                 ) from error
         return self._open_files[filename]
 
@@ -129,6 +155,14 @@ class Checkpoint:
     def __contains__(self, key):
         return key in self._file_of_key
 
+    def shape(self, key):
+        """The shape of tensor `key`, from its file's header (no data read)."""
+        filename = self._file_of_key[key]
+        try:
+            return tuple(self._handle(filename).get_slice(key).get_shape())
+        except (SafetensorError, OSError, ValueError) as error:
+            raise self._unreadable_tensor(key, filename, error) from error
+
     def __getitem__(self, key):
         filename = self._file_of_key[key]
         try:
@@ -136,10 +170,35 @@ class Checkpoint:
         except TypeError:  # a dtype numpy lacks, such as bfloat16
             return read_tensor_with_ml_dtypes(self.source.require(filename), key)
         except (SafetensorError, OSError, ValueError) as error:
-            raise PresetFileError(
-                f"Tensor '{key}' in '{filename}' of preset '{self.source.description}' "
-                f"cannot be read ({error})."
-            ) from error
+            raise self._unreadable_tensor(key, filename, error) from error
+
+    def _unreadable_tensor(self, key, filename, error):
+        return self.source.unreadable(
+            filename, self.source.require(filename), f"has a tensor '{key}' that cannot be read ({error})"
+        )
+
+
+class TrackedArrays(collections.abc.Mapping):
+    """A read-only view of a checkpoint that records which keys were read,
+    so a converter's unread source tensors can be named."""
+
+    def __init__(self, arrays):
+        self._arrays = arrays
+        self.read = set()
+
+    def __getitem__(self, key):
+        value = self._arrays[key]
+        self.read.add(key)
+        return value
+
+    def __contains__(self, key):
+        return key in self._arrays
+
+    def __iter__(self):
+        return iter(self._arrays.keys())
+
+    def __len__(self):
+        return len(self._arrays.keys())
 
 
 ML_DTYPES = {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2}
@@ -176,14 +235,14 @@ def check_arrays(variables, arrays, source_description, optional_keys=()):
         The sorted keys that are missing but optional.
 
     Raises:
-        ValueError: naming every missing key, or a variable whose shape differs
-            from the checkpoint's (with both shapes).
+        CheckpointMismatchError: naming every missing key, or a variable whose
+            shape differs from the checkpoint's (with both shapes).
     """
     missing = sorted(key for key in variables if key not in arrays)
     required_missing = [key for key in missing if key not in optional_keys]
     if required_missing:
         shown = ", ".join(required_missing[:10]) + (" ..." if len(required_missing) > 10 else "")
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"Checkpoint '{source_description}' lacks {len(required_missing)} weights the "
             f"model needs: {shown}."
         )
@@ -192,7 +251,7 @@ def check_arrays(variables, arrays, source_description, optional_keys=()):
             continue
         array = arrays[key]
         if tuple(array.shape) != tuple(variable.shape):
-            raise ValueError(
+            raise CheckpointMismatchError(
                 f"Shape mismatch for variable '{key}': the model expects "
                 f"{tuple(variable.shape)} but checkpoint '{source_description}' has "
                 f"{tuple(array.shape)}. Does the config match the weights?"

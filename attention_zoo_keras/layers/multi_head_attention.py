@@ -7,7 +7,7 @@ This layer owns the four projections and the mechanism's own weights, if
 it has any (the relative embeddings of `relative`, the score network of
 `additive`); `Attention` is any mechanism from `attention_zoo_keras.attention`,
 chosen by name, with its options (`attention_options`). Incremental decoding
-goes through the mechanism's decoding cache (`attention.registry.get_decoding`):
+goes through the mechanism's decoding cache (`attention.get_decoding`):
 a key/value cache for softmax, the recurrent state `(S, z)` for linear.
 """
 
@@ -152,7 +152,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def initial_cache(self, batch, max_length):
         """The empty decoding cache of this layer: the mechanism's
         `initial_cache` for its heads, options and compute dtype (see
-        `attention.registry.DecodingCache`)."""
+        `attention.DecodingCache`)."""
         return get_decoding(self.attention).initial_cache(
             batch, max_length, self.num_heads, self.head_dim, self.compute_dtype, **self._call_options
         )

@@ -2,24 +2,31 @@
 itself from a preset and saves itself as one.
 """
 
-import logging
+import warnings
 
 import keras
 
 from attention_zoo_keras.hub.catalog import list_presets
-from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.preset_format import is_native
-from attention_zoo_keras.hub.preset_format import load_arrays
 from attention_zoo_keras.hub.preset_format import save_preset
-from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.input_validation import ValidatesInputs
-from attention_zoo_keras.registration import deserialize
-from attention_zoo_keras.registration import registered_class
+from attention_zoo_keras.registration import check_arguments
 
-logger = logging.getLogger(__name__)
+# What a subclass passes on to `keras.Model.__init__` besides the user's
+# `name` and `trainable`.
+FUNCTIONAL_ARGUMENTS = ("inputs", "outputs")
+
+
+def check_model_arguments(model, kwargs):
+    """Raises for keyword arguments that reached the base class of `model`
+    without any constructor taking them (`keras.Model` would ignore them),
+    naming each with the closest argument `type(model)` takes."""
+    unknown = {key: value for key, value in kwargs.items() if key not in FUNCTIONAL_ARGUMENTS + ("name", "trainable")}
+    if unknown:
+        check_arguments(type(model), unknown, f"{type(model).__name__}(...)")
 
 
 class PresetsOfFamily:
@@ -29,20 +36,6 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-def backbone_config_of(config, source_description):
-    """The serialized backbone inside a native preset's `config.json`.
-
-    A task preset nests its backbone under `config["config"]["backbone"]`.
-    """
-    cls = registered_class(config.get("class_name"), source=f"config.json of '{source_description}'")
-    if issubclass(cls, Backbone):
-        return config
-    nested = config.get("config", {}).get("backbone")
-    if not isinstance(nested, dict):
-        raise ValueError(f"Preset '{source_description}' holds a {cls.__name__} with no backbone.")
-    return nested
-
-
 class Backbone(ValidatesInputs, keras.Model):
     """A model family's network without a task head.
 
@@ -50,13 +43,15 @@ class Backbone(ValidatesInputs, keras.Model):
     variable paths are stable checkpoint keys; every layer given `dtype`),
     pass `dtype` on to `Backbone.__init__`, set `family`, add their
     constructor arguments to `get_config`, and check concrete inputs in
-    `validate_inputs`.
+    `validate_inputs`. A keyword argument no constructor takes (a misspelt
+    `dropuot=0.5`) is an error, not ignored.
     """
 
     family = None
     presets = PresetsOfFamily()
 
     def __init__(self, *args, dtype=None, **kwargs):
+        check_model_arguments(self, kwargs)
         super().__init__(*args, **kwargs)
         if dtype is not None:  # functional models ignore a `dtype` argument
             self.dtype_policy = dtype
@@ -73,24 +68,31 @@ class Backbone(ValidatesInputs, keras.Model):
         return cls(**config)
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, **kwargs):
+    def from_preset(cls, preset, load_weights=True, force_download=False, **kwargs):
         """Builds the backbone from a preset and loads its weights.
+
+        Loading is strict: every variable is filled, and every tensor of the
+        preset is taken (or, being a task head, knowingly dropped); sizes in
+        the config are checked against the weights before anything is built.
 
         Args:
             preset: a named preset (see `presets`), `"hf://org/repo[@rev]"`, or
                 a local directory — in this library's format or a
                 `transformers` checkpoint, converted on the fly.
             load_weights: `False` builds the architecture only.
-            **kwargs: overrides of the config, e.g. `dtype="bfloat16"`.
+            force_download: download hub files again even if they are cached
+                (to replace a corrupt cached file).
+            **kwargs: overrides of the config, e.g. `dtype="bfloat16"`; each
+                must be an argument of the preset's backbone class.
 
         Example:
 
         >>> backbone = BertBackbone.from_preset("bert_base")   # doctest: +SKIP
         """
-        source = PresetSource.of(preset, family=cls.family)
-        backbone, optional_keys = cls._build_from_source(source, **kwargs)
+        loader = get_preset_loader(preset, family=cls.family, force_download=force_download)
+        backbone = loader.build_backbone(cls, check_sizes=load_weights, **kwargs)
         if load_weights:
-            backbone.assign_arrays(load_arrays(source), source.description, optional_keys)
+            loader.load_backbone_weights(backbone)
         return backbone
 
     def assign_arrays(self, arrays, source_description, optional_keys=()):
@@ -98,32 +100,11 @@ class Backbone(ValidatesInputs, keras.Model):
         about optional keys the checkpoint lacked."""
         missing = assign_weights(variables_by_key(self), arrays, source_description, optional_keys)
         if missing:
-            logger.warning(
-                "Checkpoint '%s' has no weights for %s; they keep their initial values.",
-                source_description,
-                ", ".join(missing),
+            warnings.warn(
+                f"Checkpoint '{source_description}' has no weights for {', '.join(missing)}; "
+                "they keep their initial values.",
+                stacklevel=2,
             )
-
-    @classmethod
-    def _build_from_source(cls, source, **kwargs):
-        """The (unweighted) backbone a preset describes, and the keys its
-        checkpoint may lack."""
-        config = source.config()
-        kwargs = {**source.config_overrides, **kwargs}
-        if is_native(config):
-            data = backbone_config_of(config, source.description)
-            backbone = deserialize(
-                data, source=f"config.json of '{source.description}'", expected_base=cls, **kwargs
-            )
-            return backbone, frozenset()
-        converter = converter_for(config, source.description)
-        if not issubclass(converter.backbone_cls, cls):
-            raise TypeError(
-                f"Preset '{source.description}' is a {converter.backbone_cls.__name__} "
-                f"checkpoint; it cannot be loaded as a {cls.__name__}."
-            )
-        arguments = {**converter.backbone_config(config), **kwargs}
-        return converter.backbone_cls(**arguments), converter.optional_keys
 
     def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
         """Saves config, weights, metadata and a model card to `directory`.

@@ -1,5 +1,5 @@
-"""What decoder-only language models share: generation from prompts with a
-decoding cache, in one compiled loop (sampling, or beam search).
+"""What decoder-only language models share: `GenerativeTask.generate` from
+prompts, with a decoding cache filled by one pass over the prompts.
 
 A subclass builds its graph, and says how its layers run over new tokens
 with a cache:
@@ -22,16 +22,8 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.attention.registry import get_decoding
-from attention_zoo_keras.backend_support import compile_step
-from attention_zoo_keras.generation.beam_search import beam_search
-from attention_zoo_keras.generation.beam_search import check_beam_options
-from attention_zoo_keras.generation.in_place_decoding import decode_in_place
-from attention_zoo_keras.generation.samplers import get_sampler
-from attention_zoo_keras.generation.samplers import sampler_uniforms
-from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
+from attention_zoo_keras.models.generation_request import dict_prompt_arrays
 from attention_zoo_keras.models.generative_task import GenerativeTask
-from attention_zoo_keras.models.generative_task import check_beam_sampler_options
-from attention_zoo_keras.models.generative_task import right_padded
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.text_preprocessor import as_text_list
@@ -43,9 +35,7 @@ PROMPT_MULTIPLE = 16
 
 class CausalLM(GenerativeTask):
     """A decoder-only language model that generates (see `GPTCausalLM`,
-    `TransformerXLCausalLM`)."""
-
-    max_generation_length = None
+    `TransformerXLCausalLM`); `generate` is `GenerativeTask.generate`."""
 
     def _decoding_constants(self, buffer_length):
         """Tensors every decoding step takes, computed once per generation."""
@@ -64,12 +54,6 @@ class CausalLM(GenerativeTask):
         if padding_mask is not None:
             attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
         return x, attention_mask
-
-    def _decoding_step(self):
-        """The function the decoding loop calls at every position,
-        `step(token_column, cache, index, *constants) -> (logits, cache)`:
-        `_next_token_logits`, made cheap per call (`compile_step`)."""
-        return compile_step(self._next_token_logits, self.variables)
 
     @property
     def decoding(self):
@@ -97,23 +81,8 @@ class CausalLM(GenerativeTask):
         """`(list of id lists, is_text, is_single)` from raw text or a dict."""
         preprocessor = self.preprocessor
         if isinstance(inputs, dict):
-            token_ids = np.asarray(ops.convert_to_numpy(inputs["token_ids"]))
-            if "padding_mask" in inputs:
-                mask = np.asarray(ops.convert_to_numpy(inputs["padding_mask"])).astype(bool)
-            else:
-                mask = np.ones(token_ids.shape, dtype=bool)
-            if token_ids.ndim == 1:
-                token_ids, mask = token_ids[None], mask[None]
-            prompts = []
-            for row, (ids, valid) in enumerate(zip(token_ids, mask)):
-                length = int(valid.sum())
-                if not valid[:length].all():
-                    raise ValueError(
-                        f"Prompt {row}'s padding_mask is not right-padded (real tokens first, "
-                        "then padding); generate takes right-padded prompts."
-                    )
-                prompts.append([int(i) for i in ids[:length]])
-            return prompts, False, False
+            token_ids, mask = dict_prompt_arrays(inputs, "token_ids", "padding_mask", "Prompt")
+            return [[int(i) for i in ids[valid]] for ids, valid in zip(token_ids, mask)], False, False
         if preprocessor is None or not preprocessor.is_raw(inputs):
             raise TypeError(
                 "generate takes raw strings (with a preprocessor) or a dict of token_ids and "
@@ -122,83 +91,19 @@ class CausalLM(GenerativeTask):
         prompts = preprocessor.tokenizer.encode(as_text_list(inputs))
         return prompts, True, isinstance(inputs, str)
 
-    def generate(
-        self,
-        inputs,
-        max_length=None,
-        max_new_tokens=None,
-        stop_token_ids="auto",
-        sampler="greedy",
-        seed=None,
-        **sampler_options,
-    ):
-        """Continues prompts with a decoding cache, in one compiled loop.
-
-        The cache is the attention mechanism's (`decoding`): a key/value
-        cache for softmax; for linear attention the recurrent state, so
-        memory per sequence is constant in the generated length.
-
-        Args:
-            inputs: a string or a list of strings (tokenized without an end
-                token), or a dict of `token_ids` and `padding_mask`
-                `(batch, length)` of right-padded prompts.
-            max_length: total length (prompt and continuation) of every
-                row. Give this or `max_new_tokens`, not both; with neither,
-                the preprocessor's `sequence_length` (or the backbone's
-                `max_sequence_length`, if it has one).
-            max_new_tokens: number of tokens to add to each prompt.
-            stop_token_ids: a row stops after it emits one of these ids;
-                `"auto"` is the tokenizer's end token, `None` never stops early.
-            sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
-                `"beam"`, or a `generation.Sampler`.
-            seed: an int makes the random samplers reproducible (the same
-                draws on every backend); `None` draws fresh randomness.
-            **sampler_options: the sampler's options: `temperature` and `k`
-                (top_k), `p` (top_p), `num_beams`, `length_penalty` and
-                `early_stopping` (beam).
-
-        Returns:
-            Strings (prompt and continuation, decoded) for text input, a
-            single string for a single string; otherwise a dict of numpy
-            `token_ids` and `padding_mask` `(batch, length)`, right-padded.
-
-        Prompts of different lengths share one buffer (see
-        `generation.decode_in_place`); one pass over the prompts fills the
-        cache, then each step extends it by one token. The whole loop is one
-        compiled program per backend (`backend_support.compile_inference`);
-        buffer lengths are rounded up so that new prompts rarely need a new
-        compilation, and so are prompt-pass lengths for a position-addressed
-        cache (see `_prompt_pass_length`).
-
-        Example:
-
-        >>> lm.generate(["The Transformer", "Attention is"], max_length=32)  # doctest: +SKIP
-        >>> lm.generate("Once upon", max_new_tokens=20, sampler="top_p", p=0.9,
-        ...             temperature=0.8, seed=0)                          # doctest: +SKIP
-        >>> lm.generate("Once upon", max_new_tokens=20, sampler="beam", num_beams=4)  # doctest: +SKIP
-        """
+    def _prepare_generation(self, inputs, max_length, max_new_tokens, stop_ids):
+        """The prompts right-padded with the end token (without a
+        preprocessor, the first stop id, or 0), each row ending at
+        `max_length` or `max_new_tokens` after its prompt."""
         prompts, is_text, is_single = self._prompts(inputs)
-        lengths, end_positions = self._generation_lengths(prompts, max_length, max_new_tokens)
-        stop_ids = self._stop_token_ids(stop_token_ids)
+        end_positions = self._generation_lengths(prompts, max_length, max_new_tokens)
         pad_id = stop_ids[0] if stop_ids else 0
         if self.preprocessor is not None:
             pad_id = self.preprocessor.tokenizer.end_token_id
-        if sampler == "beam":
-            check_beam_sampler_options(sampler_options)
-            token_ids, valid = self._beam_generate(prompts, lengths, end_positions, stop_ids, pad_id, **sampler_options)
-        else:
-            sampler = get_sampler(sampler, **sampler_options)
-            token_ids, valid = self._sample_generate(prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed)
-        length = int(valid.any(axis=0).nonzero()[0].max()) + 1
-        token_ids, valid = token_ids[:, :length], valid[:, :length]
-        if not is_text:
-            return {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
-        tokenizer = self.preprocessor.tokenizer
-        texts = [tokenizer.decode(ids[mask]) for ids, mask in zip(token_ids, valid)]
-        return texts[0] if is_single else texts
+        return self._request(prompts, end_positions, stop_ids, pad_id, is_text=is_text, is_single=is_single)
 
     def _generation_lengths(self, prompts, max_length, max_new_tokens):
-        """Checks the prompts and lengths; `(prompt lengths, end positions)`."""
+        """Checks the prompts and lengths; returns each row's end position."""
         if not prompts:
             raise ValueError("generate needs at least one prompt; got an empty batch.")
         lengths = np.array([len(p) for p in prompts])
@@ -210,11 +115,7 @@ class CausalLM(GenerativeTask):
                 )
         check_id_range("token_ids", np.concatenate([np.asarray(p) for p in prompts]), self.backbone.vocabulary_size)
         limit = self.max_generation_length
-        if max_length is not None and max_new_tokens is not None:
-            raise ValueError("Give max_length or max_new_tokens, not both.")
         if max_new_tokens is not None:
-            if max_new_tokens < 0:
-                raise ValueError(f"max_new_tokens must be non-negative; got {max_new_tokens}.")
             end_positions = lengths + int(max_new_tokens)
         else:
             if max_length is None:
@@ -230,7 +131,7 @@ class CausalLM(GenerativeTask):
                 f"Generating to length {int(end_positions.max())} exceeds the model's "
                 f"max_sequence_length {limit}."
             )
-        return lengths, end_positions
+        return end_positions
 
     def _default_max_length(self):
         """`generate`'s `max_length` when neither it nor `max_new_tokens` is
@@ -243,12 +144,6 @@ class CausalLM(GenerativeTask):
         if not lengths:
             raise ValueError("Give generate a max_length or max_new_tokens: this model has no length limit.")
         return min(lengths)
-
-    def _buffer_length(self, end_positions):
-        """The generation buffer for rows ending at `end_positions`: the
-        longest, rounded up to `BUFFER_MULTIPLE` (at most the model's limit)."""
-        limit = self.max_generation_length
-        return round_up(int(end_positions.max()), BUFFER_MULTIPLE, float("inf") if limit is None else limit)
 
     def _prompt_pass_length(self, prompt_length, buffer_length):
         """How many positions the pass before the decoding loop covers, for
@@ -280,76 +175,16 @@ class CausalLM(GenerativeTask):
         _, cache = self._decoder_pass(prompt_tokens, cache, 0, padding_mask=padding_mask, constants=constants)
         return cache
 
-    def _sample_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed):
-        buffer_length = self._buffer_length(end_positions)
-        prompt_pass_length = self._prompt_pass_length(int(lengths.min()), buffer_length)
-        token_ids, prompt_mask = right_padded(prompts, buffer_length, pad_id)
-        batch = len(prompts)
-        uniforms = sampler_uniforms(sampler, batch, buffer_length, int(end_positions.max()), seed)
+    def _decoding_inputs(self, request, rows, buffer_length, prompt_length):
+        """The prompt pass's tokens of `rows` (see `_prompt_pass_length`)."""
+        return (request.token_ids[rows, : self._prompt_pass_length(prompt_length, buffer_length)],)
 
-        def build():
-            step = self._decoding_step()
-
-            def run(token_ids, prompt_tokens, prompt_mask, end_positions, stop_ids, uniforms, start_index):
-                constants = self._decoding_constants(token_ids.shape[1])
-                cache = self._prefilled_cache(token_ids, prompt_tokens, start_index - 1, constants)
-                return decode_in_place(
-                    step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache, start_index,
-                    sampler, pad_id, constants=constants,
-                )
-
-            return run
-
-        run = self._compiled(("sample", type(sampler).__name__, tuple(sampler.config().items()), pad_id), build)
-        token_ids, valid = run(
-            ops.convert_to_tensor(token_ids),
-            ops.convert_to_tensor(token_ids[:, :prompt_pass_length]),
-            ops.convert_to_tensor(prompt_mask),
-            ops.convert_to_tensor(end_positions.astype("int32")),
-            ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32")),
-            ops.convert_to_tensor(uniforms),
-            ops.convert_to_tensor(np.int32(lengths.min())),
-        )
-        return np.asarray(ops.convert_to_numpy(token_ids)), np.asarray(ops.convert_to_numpy(valid))
-
-    def _beam_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, num_beams=4,
-                       length_penalty=1.0, early_stopping=False):
-        """Beam search for each prompt; prompts of one length are searched
-        together (the length penalty counts generated tokens, so a prompt's
-        result never depends on the others in the batch)."""
-        num_beams, length_penalty, early_stopping = check_beam_options(num_beams, length_penalty, early_stopping)
-        buffer_length = self._buffer_length(end_positions)
-        token_ids, _ = right_padded(prompts, buffer_length, pad_id)
-        valid = np.zeros(token_ids.shape, dtype=bool)
-
-        def build():
-            step = self._decoding_step()
-
-            def run(token_ids, prompt_tokens, prompt_length, max_length, stop_ids):
-                constants = self._decoding_constants(token_ids.shape[1])
-                cache = self._prefilled_cache(token_ids, prompt_tokens, prompt_length - 1, constants)
-                cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
-                return beam_search(
-                    step, token_ids, cache, prompt_length, max_length, stop_ids,
-                    num_beams, length_penalty, early_stopping, constants=constants,
-                )
-
-            return run
-
-        run = self._compiled(("beam", num_beams, length_penalty, early_stopping), build)
-        stop_tensor = ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32"))
-        for prompt_length in np.unique(lengths):
-            rows = np.flatnonzero(lengths == prompt_length)
-            group = token_ids[rows]
-            prompt_pass_length = self._prompt_pass_length(int(prompt_length), buffer_length)
-            best, best_lengths = run(
-                ops.convert_to_tensor(group),
-                ops.convert_to_tensor(group[:, :prompt_pass_length]),
-                ops.convert_to_tensor(np.int32(prompt_length)),
-                ops.convert_to_tensor(np.int32(end_positions[rows].max())),
-                stop_tensor,
-            )
-            token_ids[rows] = np.asarray(ops.convert_to_numpy(best))
-            valid[rows] = np.arange(buffer_length)[None, :] < np.asarray(ops.convert_to_numpy(best_lengths))[:, None]
-        return token_ids, valid
-
+    def _start_decoding(self, inputs, token_ids, start_index, num_beams):
+        """The cache after the prompt pass (repeated for `num_beams` rows
+        per prompt) and `_decoding_constants`."""
+        (prompt_tokens,) = inputs
+        constants = self._decoding_constants(token_ids.shape[1])
+        cache = self._prefilled_cache(token_ids, prompt_tokens, start_index - 1, constants)
+        if num_beams > 1:
+            cache = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), cache)
+        return cache, constants

@@ -6,8 +6,8 @@ Padding gets weight 0, so it never counts in the loss or the metrics.
 """
 
 import keras
-import numpy as np
 
+from attention_zoo_keras.models.preprocessor import weighted
 from attention_zoo_keras.models.text_preprocessor import PackedTextPreprocessor
 
 
@@ -17,9 +17,11 @@ class CausalLMPreprocessor(PackedTextPreprocessor):
     labels; a family sets `tokenizer_cls` and `family`.
 
     Call returns `(features, labels, sample_weight)`: `features` with
-    `token_ids` and `padding_mask` `(batch, sequence_length)`; `labels` the
-    ids one position on; `sample_weight` 1 where the label is a real token,
-    0 on padding (times a given per-example `sample_weight`).
+    `token_ids` and `padding_mask` `(batch, width)` (`width` the batch's
+    bucket length, at most `sequence_length`; `sequence_length` with
+    `padding="max_length"`); `labels` the ids one position on, as wide;
+    `sample_weight` 1 where the label is a real token, 0 on padding (times
+    a given per-example `sample_weight`).
     """
 
     def __call__(self, x, y=None, sample_weight=None):
@@ -27,10 +29,9 @@ class CausalLMPreprocessor(PackedTextPreprocessor):
             raise ValueError(
                 f"{type(self).__name__} takes no labels: they are the text's next tokens. Pass only the texts."
             )
-        packed = self.pack(x, self.sequence_length + 1)
+        packed = self.pack(x, shift=1)
         features = {key: value[:, :-1] for key, value in packed.items()}
         labels = packed["token_ids"][:, 1:]
         weights = packed["padding_mask"][:, 1:].astype("float32")
-        if sample_weight is not None:
-            weights = weights * np.asarray(sample_weight, dtype="float32").reshape(-1, 1)
+        weights = weighted(weights, sample_weight)
         return keras.utils.pack_x_y_sample_weight(features, labels, weights)

@@ -1,35 +1,161 @@
 """Checks of concrete model inputs, made before they reach a compiled graph.
 
 Gathers on JAX silently clamp out-of-range indices (and TensorFlow fails deep
-inside the graph), so token ids, segment ids, positions and lengths are
-checked on concrete values in numpy, where the error can name the input.
+inside the graph), a float id is silently truncated, and a mask of another
+shape fails inside Keras' attention layer; so token ids, masks, segment
+ids, positions, lengths and class labels are checked on concrete values in
+numpy, where the error can name the input. Each check is one pass over the
+values (a min and a max) where it can be.
 """
+
+import inspect
 
 import keras
 import numpy as np
 
 from attention_zoo_keras import backend_support
+from attention_zoo_keras.models.checked_batches import BatchCheck
+from attention_zoo_keras.models.checked_batches import checked
+from attention_zoo_keras.models.checked_batches import original_batch_errors
+from attention_zoo_keras.naming import did_you_mean
+
+
+def as_numpy(values):
+    """`values` (an array, a nested list, a number, a tensor of this backend
+    or, as a torch `DataLoader` gives on another backend, of another
+    framework) as a numpy array."""
+    if isinstance(values, (list, tuple, np.ndarray, np.generic, int, float)) or not backend_support.is_concrete(values):
+        return np.asarray(values)
+    return keras.ops.convert_to_numpy(values)
+
+
+def concrete_shape(value):
+    """The concrete shape of an array, tensor or nested list, as a tuple."""
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else tuple(np.shape(value))
+
+
+def _check_integers(name, ids):
+    """Raises unless the numpy array `ids` holds whole numbers: an integer
+    dtype, or floats with integer values (as numpy and pandas load ids); any
+    other float would be truncated silently by the model's cast."""
+    kind = ids.dtype.kind
+    if kind in "iu":
+        return
+    if kind == "f":
+        whole = np.isfinite(ids) & (ids == np.trunc(ids))
+        if not whole.all():
+            raise ValueError(
+                f"'{name}' holds {ids[~whole].flat[0].item():g}, not a whole number: ids must be integers "
+                "(a float id would be truncated)."
+            )
+        return
+    hint = " Tokenize text with the preprocessor first." if kind in "USO" else ""
+    raise ValueError(f"'{name}' has dtype {ids.dtype}; ids must be integers.{hint}")
 
 
 def check_id_range(name, ids, upper):
-    """Raises if any value in `ids` is negative or ≥ `upper`."""
-    ids = np.asarray(ids) if isinstance(ids, (list, tuple, np.ndarray)) else keras.ops.convert_to_numpy(ids)
+    """Raises if `ids` are not whole numbers, or any is negative or ≥ `upper`."""
+    ids = as_numpy(ids)
     if ids.size == 0:
         return
-    low, high = int(ids.min()), int(ids.max())
+    _check_integers(name, ids)
+    low, high = ids.min(), ids.max()
     if low < 0 or high >= upper:
         bad = high if high >= upper else low
-        raise ValueError(f"'{name}' holds the id {bad}, outside the valid range [0, {upper}).")
+        raise ValueError(f"'{name}' holds the id {int(bad)}, outside the valid range [0, {upper}).")
+
+
+def check_mask(name, mask):
+    """Raises unless `mask` holds only 1 (attend) and 0 (padding, ignored)."""
+    mask = as_numpy(mask)
+    if mask.size == 0 or mask.dtype.kind == "b":
+        return
+    if mask.dtype.kind in "iu":
+        low, high = mask.min(), mask.max()
+        bad = low if low < 0 else high if high > 1 else None
+    elif mask.dtype.kind == "f":
+        invalid = (mask != 0) & (mask != 1)
+        bad = mask[invalid].flat[0] if invalid.any() else None
+    else:
+        raise ValueError(f"'{name}' has dtype {mask.dtype}; a mask holds 1 (attend) or 0 (padding).")
+    if bad is not None:
+        raise ValueError(f"'{name}' holds {bad.item():g}; a mask holds only 1 (attend) or 0 (padding).")
+
+
+def check_same_shape(inputs, reference, names):
+    """Raises if any of `names` present in `inputs` has another shape than
+    `inputs[reference]` (a mask or segment ids go with their token ids)."""
+    expected = concrete_shape(inputs[reference])
+    for name in names:
+        if inputs.get(name) is not None and concrete_shape(inputs[name]) != expected:
+            raise ValueError(
+                f"'{name}' has shape {concrete_shape(inputs[name])} but '{reference}' has shape {expected}; "
+                "they must match, one value per token."
+            )
+
+
+def check_class_labels(labels, num_classes, kind="classes"):
+    """Raises unless `labels` are class indices in `[0, num_classes)` (shape
+    `(batch,)` or `(batch, 1)`) or one-hot / probability rows `num_classes`
+    wide; `kind` names the classes in the message (`"candidates"`)."""
+    labels = as_numpy(labels)
+    if labels.size == 0:
+        return
+    if labels.ndim >= 2 and labels.shape[-1] != 1:
+        if labels.shape[-1] != num_classes:
+            raise ValueError(
+                f"The labels have shape {labels.shape}: one-hot rows {labels.shape[-1]} wide, but there are "
+                f"{num_classes} {kind}. Give indices, or rows {num_classes} wide."
+            )
+        return
+    _check_integers("labels", labels)
+    low, high = labels.min(), labels.max()
+    if low < 0 or high >= num_classes:
+        bad = high if high >= num_classes else low
+        raise ValueError(
+            f"The labels hold the class {int(bad)}; there are {num_classes} {kind} (indices 0 to {num_classes - 1})."
+        )
+
+
+def check_soft_targets(labels, width=None):
+    """Raises unless `labels` are scores in [0, 1] (soft targets of a
+    sigmoid head), rows `width` wide when `width` is given."""
+    labels = as_numpy(labels)
+    if width is not None and (labels.ndim < 2 or labels.shape[-1] != width):
+        raise ValueError(f"The labels have shape {labels.shape}; they must be rows of {width} scores.")
+    if labels.size == 0:
+        return
+    inside = (labels >= 0) & (labels <= 1)
+    if not inside.all():
+        raise ValueError(f"The labels hold {labels[~inside].flat[0].item():g}; soft targets are scores in [0, 1].")
 
 
 def check_sequence_length(name, ids, max_sequence_length):
     """Raises if `ids` is longer than the model's maximum sequence length."""
-    length = np.shape(ids)[-1]
+    length = concrete_shape(ids)[-1]
     if length is not None and length > max_sequence_length:
         raise ValueError(
             f"'{name}' has length {length}, longer than the model's maximum sequence length "
             f"{max_sequence_length}. Truncate it (the preprocessor does so for raw text)."
         )
+
+
+def check_token_inputs(inputs, vocabulary_size, max_sequence_length=None, prefix="", num_segments=None):
+    """Checks `inputs["<prefix>token_ids"]` (whole ids in range, no longer
+    than `max_sequence_length` when given) and what goes with them, one
+    value per token: `<prefix>padding_mask` (0 or 1) and, when `num_segments`
+    is given, `segment_ids` (in range)."""
+    ids_name, mask_name = f"{prefix}token_ids", f"{prefix}padding_mask"
+    companions = (mask_name, "segment_ids") if num_segments is not None else (mask_name,)
+    check_same_shape(inputs, ids_name, companions)
+    if max_sequence_length is not None:
+        check_sequence_length(ids_name, inputs[ids_name], max_sequence_length)
+    check_id_range(ids_name, inputs[ids_name], vocabulary_size)
+    if inputs.get(mask_name) is not None:
+        check_mask(mask_name, inputs[mask_name])
+    if num_segments is not None and inputs.get("segment_ids") is not None:
+        check_id_range("segment_ids", inputs["segment_ids"], num_segments)
 
 
 def is_concrete_features(x):
@@ -59,11 +185,42 @@ def _sequence_length(x):
     return getattr(preprocessor, "sequence_length", None)
 
 
+def _no_examples(x):
+    """Why `x` holds no examples (`"x=None"`, `"'token_ids' has 0 rows"`, …),
+    or `None` when it may hold some."""
+    if x is None:
+        return "x=None"
+    if isinstance(x, (list, tuple, dict)) and len(x) == 0:
+        return f"x={x!r}"
+    if isinstance(x, keras.utils.PyDataset) and x.num_batches == 0:
+        return "a dataset of 0 batches"
+    for name, value in x.items() if isinstance(x, dict) else [("x", x)]:
+        arrays = not isinstance(value, (list, tuple)) and backend_support.is_concrete(value)
+        if arrays and concrete_shape(value)[:1] == (0,):
+            return f"'{name}' has 0 rows"
+    return None
+
+
+def _input_names(model):
+    """The names of `model`'s inputs when they are a dict, else `None`."""
+    try:
+        inputs = model.input
+    except (AttributeError, ValueError):
+        return None
+    return list(inputs) if isinstance(inputs, dict) else None
+
+
 class ValidatesInputs:
-    """Mixin for `keras.Model`s: `validate_inputs` runs on concrete feature
-    dicts given to `__call__`, `fit`, `evaluate` and `predict`; an error
-    raised while those loops run (a bad batch) leaves the model's weights in
-    place (`backend_support.variables_restored_on_error`).
+    """Mixin for `keras.Model`s: every batch of every input path is checked
+    before it reaches a compiled graph — concrete feature dicts given to
+    `__call__`, `fit`, `evaluate`, `predict` and the `*_on_batch` methods
+    (checked whole), and the batches of a generator, a
+    `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
+    (checked as they are produced, `checked_batches`). A check is the
+    model's `validate_inputs` on the features (after their names) and
+    `validate_labels` on the labels. An error raised while those loops run
+    (a bad batch) reaches the caller as itself, and leaves the model's
+    weights in place (`backend_support.variables_restored_on_error`).
 
     A backbone whose graph needs a static sequence length (the Reformer's
     chunked attention) sets `static_sequence_length = True`: on a backend
@@ -75,16 +232,75 @@ class ValidatesInputs:
     static_sequence_length = False
 
     def validate_inputs(self, inputs):
-        """Checks concrete inputs (ids in range, lengths); raises `ValueError`."""
+        """Checks concrete inputs (ids in range, masks, lengths); raises `ValueError`."""
+
+    def validate_labels(self, labels, inputs=None):
+        """Checks concrete labels (e.g. class indices in range) of a batch
+        whose feature dict is `inputs` (`None` where there is none); raises
+        `ValueError`."""
+
+    def _check_input_names(self, inputs):
+        """Raises on a feature name the model does not take, or a missing one
+        (Keras would ignore the first and fail obscurely on the second)."""
+        expected = _input_names(self)
+        if expected is None:
+            return
+        unknown = sorted(name for name in inputs if name not in expected)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no input named '{unknown[0]}'.{did_you_mean(unknown[0], expected)} "
+                f"Its inputs: {', '.join(expected)}."
+            )
+        optional = {layer.name for layer in self.layers if isinstance(layer, keras.layers.InputLayer) and layer.optional}
+        missing = [name for name in expected if name not in inputs and name not in optional]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} needs the input{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(repr(name) for name in missing)}; got only {', '.join(map(repr, inputs)) or 'none'}."
+            )
+
+    def validate_batch(self, batch):
+        """Checks one batch, `x`, `(x, y)` or `(x, y, sample_weight)`: the
+        names and values of a feature dict `x`, and labels `y`."""
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(batch)
+        if isinstance(x, dict):
+            x = {name: None if value is None else as_numpy(value) for name, value in x.items()}
+            self._check_input_names(x)
+            self.validate_inputs(x)
+        if y is not None:
+            self.validate_labels(keras.tree.map_structure(as_numpy, y), x if isinstance(x, dict) else None)
 
     def _validate_if_concrete(self, x):
+        """Checks the names and values of `x` when it is a dict of concrete
+        arrays (not the symbolic tensors of a graph being built or traced)."""
         if is_concrete_features(x):
+            self._check_input_names(x)
             self.validate_inputs(x)
 
+    def _require_inputs(self, method, x):
+        """Raises the library's error for absent or empty inputs (Keras' own
+        loops fail on them with an `UnboundLocalError` or a `KeyError`)."""
+        empty = _no_examples(x)
+        if empty is None:
+            return
+        names = _input_names(self)
+        features = "arrays" if names is None else f"a dict of arrays ({', '.join(names)})"
+        raw = ", raw inputs for the attached preprocessor" if getattr(self, "preprocessor", None) is not None else ""
+        raise ValueError(
+            f"{type(self).__name__}.{method}() got no examples ({empty}). It takes {features}{raw}, or a "
+            "generator, keras.utils.PyDataset, tf.data.Dataset or torch DataLoader of batches."
+        )
+
+    def _checked_data(self, x, y, check):
+        """`x` whose batches are checked as they are produced; arrays (a
+        feature dict `x`, labels `y`) are checked whole, now."""
+        wrapped = checked(x, check)
+        if wrapped is x and (isinstance(x, dict) or y is not None):
+            check(x if y is None else (x, y))
+        return wrapped
+
     def _prepare_functions(self, x):
-        """Validates `fit` / `evaluate` / `predict` data, and drops compiled
-        functions traced for another length where the length must be static."""
-        self._validate_if_concrete(x)
+        """Drops compiled functions traced for another length where the length must be static."""
         backbone = getattr(self, "backbone", self)
         if getattr(backbone, "static_sequence_length", False) and backend_support.relaxes_traced_shapes():
             length = _sequence_length(x)
@@ -92,21 +308,42 @@ class ValidatesInputs:
                 self.train_function = self.test_function = self.predict_function = None
                 self._traced_sequence_length = length
 
+    def _run_checked(self, method, args, kwargs):
+        """Runs `keras.Model.<method>` with its data checked (see the class docstring)."""
+        arguments = inspect.signature(getattr(keras.Model, method)).bind(self, *args, **kwargs).arguments
+        del arguments["self"]
+        extra = arguments.pop("kwargs", {})
+        self._require_inputs(method, arguments["x"])
+        check = BatchCheck(self.validate_batch)
+        if method in ("fit", "evaluate", "predict"):
+            self._prepare_functions(arguments["x"])
+        arguments["x"] = self._checked_data(arguments["x"], arguments.get("y"), check)
+        validation = arguments.get("validation_data")
+        if isinstance(validation, (tuple, list)):
+            check(tuple(validation))
+        elif validation is not None:
+            arguments["validation_data"] = checked(validation, check)
+        with original_batch_errors(check), backend_support.variables_restored_on_error(self):
+            return getattr(super(), method)(**arguments, **extra)
+
     def __call__(self, inputs, *args, **kwargs):
         self._validate_if_concrete(inputs)
         return super().__call__(_without_mixed_types(inputs), *args, **kwargs)
 
-    def fit(self, x=None, *args, **kwargs):
-        self._prepare_functions(x)
-        with backend_support.variables_restored_on_error(self):
-            return super().fit(x, *args, **kwargs)
+    def fit(self, *args, **kwargs):
+        return self._run_checked("fit", args, kwargs)
 
-    def evaluate(self, x=None, *args, **kwargs):
-        self._prepare_functions(x)
-        with backend_support.variables_restored_on_error(self):
-            return super().evaluate(x, *args, **kwargs)
+    def evaluate(self, *args, **kwargs):
+        return self._run_checked("evaluate", args, kwargs)
 
-    def predict(self, x, *args, **kwargs):
-        self._prepare_functions(x)
-        with backend_support.variables_restored_on_error(self):
-            return super().predict(x, *args, **kwargs)
+    def predict(self, *args, **kwargs):
+        return self._run_checked("predict", args, kwargs)
+
+    def train_on_batch(self, *args, **kwargs):
+        return self._run_checked("train_on_batch", args, kwargs)
+
+    def test_on_batch(self, *args, **kwargs):
+        return self._run_checked("test_on_batch", args, kwargs)
+
+    def predict_on_batch(self, *args, **kwargs):
+        return self._run_checked("predict_on_batch", args, kwargs)

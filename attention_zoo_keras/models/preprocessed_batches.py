@@ -1,7 +1,6 @@
 """Raw inputs (strings, images) fed to `fit` / `predict` batch by batch
 through a task's preprocessor."""
 
-import contextlib
 import math
 
 import keras
@@ -33,18 +32,17 @@ class PreprocessedBatches(keras.utils.PyDataset):
         shuffle: reshuffle the order at the start and after every epoch.
         seed: seed of the shuffle; by default drawn from numpy's global
             generator, so `keras.utils.set_random_seed` makes it reproducible.
-        validate: called on each batch's features before they are returned,
-            e.g. a model's `validate_inputs` (the preprocessor may produce ids
-            or lengths the model cannot take).
+
+    The model checks each batch (the preprocessor may produce ids or lengths
+    the model cannot take) by wrapping this dataset (`checked_batches`).
     """
 
-    def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, validate=None, **kwargs):
+    def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.preprocessor = preprocessor
         self.x, self.y, self.sample_weight = x, y, sample_weight
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.validate = validate
         self.num_examples = preprocessor.num_examples(x)
         if y is not None and len(y) != self.num_examples:
             raise ValueError(f"Got {self.num_examples} inputs but {len(y)} labels.")
@@ -52,7 +50,6 @@ class PreprocessedBatches(keras.utils.PyDataset):
             seed = np.random.randint(2**31 - 1)
         self._rng = np.random.default_rng(seed)
         self._order = np.arange(self.num_examples)
-        self.failure = None  # the last exception raised while making a batch
         if shuffle:
             self._rng.shuffle(self._order)
 
@@ -61,37 +58,13 @@ class PreprocessedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index):
         indices = self._order[index * self.batch_size : (index + 1) * self.batch_size]
-        try:
-            batch = self.preprocessor(
-                self.preprocessor.examples(self.x, indices),
-                None if self.y is None else take(np.asarray(self.y), indices),
-                None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
-            )
-            if self.validate is not None:
-                self.validate(batch[0] if isinstance(batch, tuple) else batch)
-        except Exception as error:
-            self.failure = error
-            raise
-        return batch
+        return self.preprocessor(
+            self.preprocessor.examples(self.x, indices),
+            None if self.y is None else take(np.asarray(self.y), indices),
+            None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
+        )
 
     def on_epoch_end(self):
         if self.shuffle:
             self._rng.shuffle(self._order)
 
-
-@contextlib.contextmanager
-def original_batch_errors(*datasets):
-    """Lets an error raised while making a batch of `datasets` (the
-    `PreprocessedBatches` among them) reach the caller as itself: TensorFlow's
-    data pipeline re-raises it as its own error type, with the original only
-    in the message."""
-    batches = [data for data in datasets if isinstance(data, PreprocessedBatches)]
-    for data in batches:
-        data.failure = None
-    try:
-        yield
-    except Exception as error:
-        for data in batches:
-            if data.failure is not None and data.failure is not error:
-                raise data.failure from error
-        raise

@@ -5,13 +5,48 @@ import os
 import tempfile
 from pathlib import Path
 
-from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
-from attention_zoo_keras.hub.preset_format import is_native
+import keras
+import numpy as np
+
 from attention_zoo_keras.hub.preset_format import write_preprocessor_files
-from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.models.preprocessed_batches import take
-from attention_zoo_keras.registration import registered_class
+from attention_zoo_keras.registration import check_arguments
+
+
+def first_non_finite(values):
+    """The index (a tuple) of the first NaN or infinite entry of `values`,
+    or `None` when every entry is finite.
+
+    >>> first_non_finite([[1.0, 2.0], [float("nan"), 0.0]]), first_non_finite([1, 2])
+    ((1, 0), None)
+    """
+    bad = ~np.isfinite(np.asarray(values))
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+
+
+def check_per_example(name, values, batch):
+    """`values` (labels or sample weights given with a batch of raw
+    examples) as an array (a dict of them for a dict), checked to hold one
+    entry per example."""
+    if isinstance(values, dict):
+        return {key: check_per_example(f"{name}['{key}']", value, batch) for key, value in values.items()}
+    array = np.asarray(values)
+    count = array.shape[0] if array.ndim else None
+    if count != batch:
+        held = "a scalar" if count is None else f"{count} entries"
+        raise ValueError(f"{name} must have one entry per example: there are {batch} examples but {name} is {held}.")
+    return array
+
+
+def weighted(weights, sample_weight):
+    """Per-position `weights` `(batch, width)` times a per-example
+    `sample_weight` (checked to hold one weight per example), or `weights`
+    when `sample_weight` is `None`."""
+    if sample_weight is None:
+        return weights
+    per_example = check_per_example("sample_weight", sample_weight, weights.shape[0])
+    return weights * per_example.astype("float32").reshape(-1, 1)
 
 
 class Preprocessor:
@@ -20,7 +55,7 @@ class Preprocessor:
     Called as `preprocessor(x, y=None, sample_weight=None)`, it returns what
     Keras expects from a dataset: `x`, `(x, y)` or `(x, y, sample_weight)`.
     Subclasses set `family` (and `tokenizer_cls` if they tokenize) and
-    implement `__call__`, `is_raw`, `num_examples` and `get_config`.
+    implement `__call__`, `is_raw`, `count_examples` and `get_config`.
     """
 
     tokenizer_cls = None
@@ -34,7 +69,25 @@ class Preprocessor:
         raise NotImplementedError
 
     def num_examples(self, x):
-        """How many examples raw input `x` holds."""
+        """How many examples raw input `x` holds (`count_examples`).
+
+        Raises `ValueError` for `None` and for input that holds no example:
+        `fit` / `predict` could make no batch of it. A task checks raw input
+        by calling this before it makes batches.
+        """
+        if x is None:
+            raise ValueError(f"{type(self).__name__} got None instead of raw input: there is nothing to preprocess.")
+        count = self.count_examples(x)
+        if count == 0:
+            raise ValueError(
+                f"{type(self).__name__} got an empty {type(x).__name__}: the raw input holds no example, "
+                "so there is nothing to preprocess."
+            )
+        return count
+
+    def count_examples(self, x):
+        """How many examples raw input `x` holds (0 if it is empty); raises
+        if `x` is not raw input of this preprocessor."""
         raise NotImplementedError
 
     def examples(self, x, indices):
@@ -42,6 +95,19 @@ class Preprocessor:
         or `predict`); a subclass whose raw input holds values shared by all
         examples overrides this."""
         return take(x, indices)
+
+    def with_labels(self, features, y=None, sample_weight=None):
+        """`features`, or `(features, y)` / `(features, y, sample_weight)`
+        as Keras takes them, with `y` and `sample_weight` (passed on as
+        given) checked to hold one entry per example of `features` (a dict
+        of arrays)."""
+        if y is None and sample_weight is None:
+            return features
+        batch = len(next(iter(features.values())))
+        for name, values in (("y", y), ("sample_weight", sample_weight)):
+            if values is not None:
+                check_per_example(name, values, batch)
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
 
     def get_config(self):
         """Constructor arguments except the tokenizer (saved on its own)."""
@@ -61,29 +127,24 @@ class Preprocessor:
         return cls(tokenizer=tokenizer, **accepted)
 
     @classmethod
-    def from_preset(cls, preset, **kwargs):
+    def from_preset(cls, preset, force_download=False, **kwargs):
         """The preprocessor of a preset (its tokenizer and settings).
 
         Args:
-            preset: a named preset, `"hf://org/repo[@rev]"` or a directory.
-            **kwargs: overrides, e.g. `sequence_length=128`.
+            preset: a named preset, `"hf://org/repo[@rev]"`, a directory, or
+                the `PresetLoader` a model's `from_preset` already opened.
+            force_download: download hub files again even if they are cached.
+            **kwargs: overrides, e.g. `sequence_length=128`; each must be an
+                argument of this class.
 
         Settings saved by a sibling preprocessor class of the same family
         (say a classifier's, loaded for masked-LM pretraining) are reused
-        where this class accepts them.
+        where this class accepts them; a setting no class takes is an error.
         """
-        source = PresetSource.of(preset, family=cls.family)
-        config = source.config()
-        if not is_native(config):
-            converter = converter_for(config, source.description)
-            tokenizer = converter.tokenizer(source, config) if cls.tokenizer_cls else None
-            settings = converter.preprocessor_config(source, config)
-            return cls._build(tokenizer, {**settings, **kwargs})
-        tokenizer = cls.tokenizer_cls.from_source(source) if cls.tokenizer_cls is not None else None
-        data = source.json(PREPROCESSOR_FILE, required=False) or {"config": {}}
-        if "class_name" in data:
-            registered_class(data["class_name"], source=f"{PREPROCESSOR_FILE} of '{source.description}'")
-        return cls._build(tokenizer, {**data["config"], **kwargs})
+        check_arguments(cls, kwargs, f"{cls.__name__}.from_preset", also_known=("force_download",))
+        loader = get_preset_loader(preset, family=cls.family, force_download=force_download)
+        tokenizer = loader.tokenizer(cls.tokenizer_cls) if cls.tokenizer_cls is not None else None
+        return cls._build(tokenizer, {**loader.preprocessor_settings(cls), **kwargs})
 
     def save_to_preset(self, directory):
         """Writes `preprocessor.json` (and its tokenizer's files, such as

@@ -3,28 +3,23 @@ loss and optimizer, and an attached preprocessor so `fit`, `predict` and
 `evaluate` take raw inputs (strings, images).
 """
 
-import logging
+import warnings
 
 import keras
 
-from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.preset_format import is_native
-from attention_zoo_keras.hub.preset_format import load_arrays
 from attention_zoo_keras.hub.preset_format import save_preset
-from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
+from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
-from attention_zoo_keras.models.preprocessed_batches import original_batch_errors
+from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.registration import deserialize
-from attention_zoo_keras.registration import registered_class
 from attention_zoo_keras.registration import serialize
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -51,6 +46,8 @@ class Task(ValidatesInputs, keras.Model):
     presets = FamilyPresets()
 
     def __init__(self, *args, backbone, preprocessor=None, **kwargs):
+        check_model_arguments(self, kwargs)
+        kwargs.pop("dtype", None)  # the head takes the backbone's dtype policy
         super().__init__(*args, **kwargs)
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -77,8 +74,9 @@ class Task(ValidatesInputs, keras.Model):
     # --- raw inputs -------------------------------------------------------
 
     def _as_dataset(self, x, y, sample_weight, batch_size, shuffle):
-        """Raw inputs become preprocessed batches (checked batch by batch);
-        anything else is returned as is (`ValidatesInputs` checks feature dicts)."""
+        """Raw inputs become preprocessed batches; anything else is returned
+        as is. Either way `fit` / `evaluate` / `predict` check every batch
+        (`ValidatesInputs`)."""
         if self.preprocessor is not None and self.preprocessor.is_raw(x):
             batches = PreprocessedBatches(
                 self.preprocessor,
@@ -87,7 +85,6 @@ class Task(ValidatesInputs, keras.Model):
                 sample_weight,
                 batch_size=batch_size or DEFAULT_BATCH_SIZE,
                 shuffle=shuffle,
-                validate=self.validate_inputs,
             )
             return batches, None, None, None
         return x, y, sample_weight, batch_size
@@ -98,6 +95,7 @@ class Task(ValidatesInputs, keras.Model):
         `validation_data` may be raw too: `(texts, labels)`, or raw inputs
         that hold their own labels (a seq2seq task's `(sources, targets)`).
         """
+        self._require_inputs("fit", x)
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, shuffle)
         if isinstance(x, PreprocessedBatches):
@@ -108,24 +106,23 @@ class Task(ValidatesInputs, keras.Model):
             validation_x, validation_y = validation_data[0], validation_data[1] if len(validation_data) > 1 else None
             if self.preprocessor is not None and self.preprocessor.is_raw(validation_x):
                 validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, None, batch_size, False)
-        with original_batch_errors(x, validation_data):
-            return super().fit(
-                x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-                shuffle=shuffle, validation_data=validation_data, **kwargs
-            )
+        return super().fit(
+            x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
+            shuffle=shuffle, validation_data=validation_data, **kwargs
+        )
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """`keras.Model.evaluate`, taking raw inputs when a preprocessor is attached."""
+        self._require_inputs("evaluate", x)
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, False)
-        with original_batch_errors(x):
-            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """`keras.Model.predict`, taking raw inputs when a preprocessor is attached."""
+        self._require_inputs("predict", x)
         x, _, _, batch_size = self._as_dataset(x, None, None, batch_size, False)
-        with original_batch_errors(x):
-            return super().predict(x, batch_size=batch_size, **kwargs)
+        return super().predict(x, batch_size=batch_size, **kwargs)
 
     # --- config and presets ----------------------------------------------
 
@@ -140,7 +137,7 @@ class Task(ValidatesInputs, keras.Model):
         return cls(**config)
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True, preprocessor="auto", **kwargs):
+    def from_preset(cls, preset, load_weights=True, preprocessor="auto", force_download=False, **kwargs):
         """Builds the task from a preset: its backbone, its head where the
         preset has one, and its preprocessor.
 
@@ -150,58 +147,61 @@ class Task(ValidatesInputs, keras.Model):
             load_weights: `False` builds the architecture only.
             preprocessor: `"auto"` builds it from the preset; `None` attaches
                 none; or pass one.
+            force_download: download hub files again even if they are cached
+                (to replace a corrupt cached file).
             **kwargs: task arguments (e.g. `num_classes=2`); `dtype` is also
                 passed to the backbone, and the names in
                 `shared_preset_arguments` (e.g. a ViT's `image_size`) go to
-                the backbone and the preprocessor only.
+                the backbone and the preprocessor only. A name the task does
+                not take is an error.
 
-        A head whose weights are absent from the preset (e.g. a classifier on
-        a pretrained encoder) starts from its initializer.
+        The head is loaded from a preset of this task (or from the head a
+        backbone preset carries for this class, see `save_preset_with_heads`);
+        a native preset of this task that lacks head tensors is an error. A
+        head the preset has none for (a classifier on a pretrained encoder),
+        or whose shapes the arguments changed, starts from its initializer,
+        with a warning naming its variables.
         """
-        source = PresetSource.of(preset, family=cls.backbone_cls.family)
+        check_arguments(
+            cls, kwargs, f"{cls.__name__}.from_preset",
+            also_known=("load_weights", "preprocessor", "force_download", *cls.shared_preset_arguments),
+        )
+        loader = get_preset_loader(preset, family=cls.backbone_cls.family, force_download=force_download)
         shared = {key: kwargs.pop(key) for key in cls.shared_preset_arguments if key in kwargs}
-        backbone_overrides = {"dtype": kwargs["dtype"]} if "dtype" in kwargs else {}
-        backbone, optional_keys = cls.backbone_cls._build_from_source(source, **backbone_overrides, **shared)
+        backbone_overrides = {"dtype": kwargs.pop("dtype")} if "dtype" in kwargs else {}
+        backbone = loader.build_backbone(
+            cls.backbone_cls, caller=f"{cls.__name__}.from_preset", check_sizes=load_weights,
+            **backbone_overrides, **shared,
+        )
         if preprocessor == "auto":
-            preprocessor = cls.preprocessor_cls.from_preset(source, **shared) if cls.preprocessor_cls else None
-        arguments = {**cls._preset_task_arguments(source), **kwargs}
+            preprocessor = cls.preprocessor_cls.from_preset(loader, **shared) if cls.preprocessor_cls else None
+        arguments = {**loader.task_arguments(cls), **kwargs}
         task = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
         if load_weights:
-            task.assign_arrays(load_arrays(source), source.description, optional_keys)
+            loader.load_task_weights(task)
         return task
-
-    @classmethod
-    def _preset_task_arguments(cls, source):
-        """Task arguments stored in (or implied by) the preset."""
-        config = source.config()
-        if not is_native(config):
-            return converter_for(config, source.description).task_config(cls, source, config)
-        if registered_class(config["class_name"]) is not cls:
-            return {}
-        arguments = dict(config["config"])
-        for key in ("backbone", "name", "trainable"):
-            arguments.pop(key, None)
-        return arguments
 
     def assign_arrays(self, arrays, source_description, optional_keys=()):
         """Loads the backbone from `{key: array}`, and the head too when the
-        arrays hold weights of this head's shapes."""
+        arrays hold all its weights with this head's shapes; otherwise the
+        head starts from its initializer, with a warning naming it."""
         self.backbone.assign_arrays(arrays, source_description, optional_keys)
         backbone_keys = set(variables_by_key(self.backbone))
         head = {k: v for k, v in variables_by_key(self).items() if k not in backbone_keys}
         found = {k: v for k, v in head.items() if k in arrays}
         matching = {k: v for k, v in found.items() if tuple(arrays[k].shape) == tuple(v.shape)}
-        if head and len(matching) == len(head):
+        if len(matching) == len(head):  # also a task without head variables
             assign_weights(head, arrays, source_description)
-        elif found:
-            logger.warning(
-                "The %s head was not loaded from '%s' (its weights there do not fit this "
-                "head's shapes); it starts from its initializer.",
-                type(self).__name__,
-                source_description,
-            )
-        elif head:
-            logger.info("'%s' has no %s head; it starts from its initializer.", source_description, type(self).__name__)
+            return
+        reason = (
+            "its weights there do not fit this head's shapes" if found
+            else "it holds no weights for this head"
+        )
+        warnings.warn(
+            f"The {type(self).__name__} head was not loaded from '{source_description}' ({reason}); "
+            f"it starts from its initializer: {', '.join(sorted(head))}.",
+            stacklevel=2,
+        )
 
     def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
         """Saves the task (config, weights, preprocessor, tokenizer, metadata,

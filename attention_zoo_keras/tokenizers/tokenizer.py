@@ -27,6 +27,63 @@ def read_tokenizer_json(path):
         raise PresetFileError(f"'{path}' is not a valid tokenizer.json: {error}") from error
 
 
+def checked_texts(texts, what="text"):
+    """`texts` as a list of `str`, each checked to be text the tokenizer can
+    read: `bytes` are decoded as UTF-8; anything else that is not a `str`
+    (`None`, numbers) is refused rather than turned into text, and so is a
+    string that is not valid Unicode (a lone surrogate such as `"\\ud800"`,
+    which the `tokenizers` library rejects with a bare `TypeError`).
+
+    Args:
+        texts: an iterable of strings (or UTF-8 bytes); not a string itself.
+        what: what one item is called in errors (`"text"`, `"source text"`).
+
+    Returns:
+        A new list of `str`.
+
+    Raises:
+        TypeError: for a single string given as `texts`, or an item that is
+            not a string; the message names the item's position and type.
+        ValueError: for an item that is not valid UTF-8 / Unicode, naming
+            its position and the offending character.
+
+    >>> checked_texts(["a", b"b"])
+    ['a', 'b']
+    >>> checked_texts(["a film", None])
+    Traceback (most recent call last):
+    ...
+    TypeError: Text 1 is None, not a string; only strings (or UTF-8 bytes) are tokenized.
+    """
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"Expected a list of {what}s; got one {type(texts).__name__}. Wrap it in a list.")
+    checked = []
+    for index, item in enumerate(texts):
+        if isinstance(item, bytes):
+            try:
+                item = item.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{what.capitalize()} {index} is bytes that are not valid UTF-8: {error}.") from None
+        elif not isinstance(item, str):
+            kind = "None" if item is None else f"a value of type {type(item).__name__} ({item!r})"
+            raise TypeError(
+                f"{what.capitalize()} {index} is {kind}, not a string; only strings (or UTF-8 bytes) are tokenized."
+            )
+        checked.append(item)
+    try:
+        "".join(checked).encode("utf-8")  # one pass over all texts; the culprit is looked up only on failure
+    except UnicodeEncodeError:
+        for index, text in enumerate(checked):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(
+                    f"{what.capitalize()} {index} is not valid Unicode: it holds the lone surrogate "
+                    f"{ascii(text[error.start])} at character {error.start}. Decode the source text "
+                    "properly (or replace such characters) before tokenizing."
+                ) from None
+    return checked
+
+
 def required_file(source, filename):
     """Local path of the tokenizer file `filename` of a `PresetSource`;
     raises `PresetFileError` if the preset lacks it."""
@@ -88,8 +145,9 @@ class Tokenizer:
         return self.backend.id_to_token(int(token_id))
 
     def encode(self, texts):
-        """Ids of each text, without special tokens: a list of lists."""
-        return [encoding.ids for encoding in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+        """Ids of each text (a list of strings, see `checked_texts`), without
+        special tokens: a list of lists."""
+        return [encoding.ids for encoding in self.backend.encode_batch(checked_texts(texts), add_special_tokens=False)]
 
     def decode(self, ids, skip_special_tokens=True):
         """Text of a list of ids."""

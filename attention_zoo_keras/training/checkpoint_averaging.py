@@ -16,7 +16,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from attention_zoo_keras.hub.preset_format import load_arrays
+from attention_zoo_keras.hub.preset_loader import load_arrays
 from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import check_arrays

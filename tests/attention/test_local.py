@@ -18,6 +18,7 @@ import pytest
 
 from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import local
+from attention_zoo_keras.attention import local_2d
 from attention_zoo_keras.attention.registry import get_mechanism
 
 
@@ -92,7 +93,7 @@ def key_padding(length, real_lengths):
 
 def test_registered():
     assert get_mechanism("local") is local.local_attention
-    assert get_mechanism("local_2d") is local.local_attention_2d
+    assert get_mechanism("local_2d") is local_2d.local_attention_2d
 
 
 def test_1d_window_hand_written():
@@ -122,7 +123,7 @@ def test_2d_memory_geometry_hand_written():
     region rows 2…3 × col 1, and itself (the first pixel of its block)."""
 
     def visible(image_shape, block, flange, causal, layout, pixel):
-        mask = numpy(local.local_mask_2d(image_shape, block, flange, causal, layout))
+        mask = numpy(local_2d.local_mask_2d(image_shape, block, flange, causal, layout))
         position = sequence_position(*pixel, image_shape, block, layout)
         pixels = itertools.product(range(image_shape[0]), range(image_shape[1]))
         return {p for p in pixels if mask[position, sequence_position(*p, image_shape, block, layout)]}
@@ -163,7 +164,7 @@ CASES_2D = [
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("image_shape,block,flange,layout", CASES_2D)
 def test_2d_mask_matches_definition(image_shape, block, flange, layout, causal):
-    got = numpy(local.local_mask_2d(image_shape, block, flange, causal, layout))
+    got = numpy(local_2d.local_mask_2d(image_shape, block, flange, causal, layout))
     np.testing.assert_array_equal(got, window_2d(image_shape, block, flange, causal, layout))
 
 
@@ -226,7 +227,7 @@ def test_1d_block_of_the_whole_sequence_is_softmax():
 def test_2d_matches_dense_softmax(image_shape, block, flange, layout, causal):
     length = image_shape[0] * image_shape[1]
     q, k, v = random_qkv(length, seed=4)
-    out = local.local_attention_2d(
+    out = local_2d.local_attention_2d(
         q, k, v, is_causal=causal, image_shape=image_shape, block_shape=block, memory_flange=flange, layout=layout
     )
     assert tuple(out.shape) == (2, length, 3, 4)
@@ -241,23 +242,23 @@ def test_2d_key_padding_and_general_mask(causal):
     window = window_2d(image_shape, block, flange, causal)
     padding = key_padding(length, [length, 21])[:, None, None, :]
     kwargs = dict(is_causal=causal, image_shape=image_shape, block_shape=block, memory_flange=flange)
-    out = local.local_attention_2d(q, k, v, attention_mask=padding, **kwargs)
+    out = local_2d.local_attention_2d(q, k, v, attention_mask=padding, **kwargs)
     assert_matches(out, reference_attention(q, k, v, padding & window))
     general = (np.random.default_rng(6).random((2, 1, length, length)) < 0.5) | np.eye(length, dtype=bool)
-    out = local.local_attention_2d(q, k, v, attention_mask=general, **kwargs)
+    out = local_2d.local_attention_2d(q, k, v, attention_mask=general, **kwargs)
     assert_matches(out, reference_attention(q, k, v, general & window))
 
 
 def test_2d_errors():
     q = np.zeros((1, 12, 1, 2), "float32")
     with pytest.raises(ValueError, match="image_shape"):
-        local.local_attention_2d(q, q, q)
+        local_2d.local_attention_2d(q, q, q)
     with pytest.raises(ValueError, match="not the number of pixels"):
-        local.local_attention_2d(q, q, q, image_shape=(3, 5))
+        local_2d.local_attention_2d(q, q, q, image_shape=(3, 5))
     with pytest.raises(ValueError, match="tiled exactly"):
-        local.local_attention_2d(q, q, q, image_shape=(3, 4), block_shape=(2, 2), layout="block_raster")
+        local_2d.local_attention_2d(q, q, q, image_shape=(3, 4), block_shape=(2, 2), layout="block_raster")
     with pytest.raises(ValueError, match="Unknown layout"):
-        local.local_attention_2d(q, q, q, image_shape=(3, 4), layout="zigzag")
+        local_2d.local_attention_2d(q, q, q, image_shape=(3, 4), layout="zigzag")
 
 
 def test_needs_self_attention():
@@ -277,7 +278,7 @@ def test_compiled():
 
     def attend(query, key, value, mask):
         one = local.local_attention(query, key, value, attention_mask=mask, is_causal=True, block_size=5)
-        two = local.local_attention_2d(
+        two = local_2d.local_attention_2d(
             query, key, value, attention_mask=mask, image_shape=(3, 4), block_shape=(2, 2), memory_flange=(1, 1)
         )
         return one, two
@@ -350,7 +351,7 @@ def test_gradients_match_dense_softmax(form):
         )
     else:
         window = window_2d((2, 5), (1, 2), (1, 1), True)
-        blockwise = lambda q, k, v: local.local_attention_2d(  # noqa: E731
+        blockwise = lambda q, k, v: local_2d.local_attention_2d(  # noqa: E731
             q, k, v, attention_mask=padding, is_causal=True,
             image_shape=(2, 5), block_shape=(1, 2), memory_flange=(1, 1),
         )
@@ -378,7 +379,7 @@ def test_dropout():
     q, k = (rng.standard_normal((4, 64, 8, 4)).astype("float32") for _ in range(2))
     keras.utils.set_random_seed(0)
     out = numpy(
-        local.local_attention_2d(
+        local_2d.local_attention_2d(
             q, k, np.ones_like(q), image_shape=(8, 8), block_shape=(4, 4), memory_flange=(2, 2),
             dropout_rate=0.25, training=True, seed_generator=keras.random.SeedGenerator(0),
         )

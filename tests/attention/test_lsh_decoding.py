@@ -21,9 +21,9 @@ import pytest
 from keras import ops
 
 from attention_zoo_keras import backend_support
-from attention_zoo_keras.attention.lsh import DECODING_SEED
-from attention_zoo_keras.attention.lsh import LSHDecodingCache
 from attention_zoo_keras.attention.lsh import lsh_rotations_shape
+from attention_zoo_keras.attention.lsh_decoding import DECODING_SEED
+from attention_zoo_keras.attention.lsh_decoding import LSHDecodingCache
 from attention_zoo_keras.attention.registry import get_decoding
 
 BATCH, HEADS, HEAD_DIM, HIDDEN, CHUNK = 2, 2, 8, 16, 4

@@ -17,6 +17,8 @@ from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.conversion import cli
+from attention_zoo_keras.conversion import verifiers
 from attention_zoo_keras.hub import catalog
 from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 - fixture
 from tests.models.transformer.conftest import tiny_marian_checkpoint  # noqa: F401 - fixture
@@ -24,8 +26,6 @@ from tests.models.transformer.conftest import tiny_marian_tokenizer_files  # noq
 from tests.models.vit.test_vit_backbone import tiny_vit_checkpoints  # noqa: F401 - fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "conversion"))
-import cli  # noqa: E402
 
 TOLERANCE = 1e-4
 BERT_TINY_REPO = "google/bert_uncased_L-2_H-128_A-2"  # where presets/bert_tiny.json points
@@ -241,7 +241,7 @@ def test_convert_all_succeeds_when_every_preset_does(local_hub, tiny_bert_checkp
     assert code == 0 and "converted 1 of 1 presets" in stdout
     # ViLBERT's presets come from the authors' files, through their own script.
     assert "skipped vilbert_multitask: its source is the native preset converted from the ViLBERT authors'" in stdout
-    assert "convert_vilbert.py" in stdout and sorted(p.name for p in (tmp_path / "all").iterdir()) == ["bert_tiny"]
+    assert "azk-convert vilbert" in stdout and sorted(p.name for p in (tmp_path / "all").iterdir()) == ["bert_tiny"]
 
 
 def _perturb(directory):
@@ -270,7 +270,6 @@ def test_verify_fails_on_a_perturbed_weight(tiny_bert_checkpoints, capsys, tmp_p
 
 
 def test_convert_with_failing_parity_exits_non_zero(tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
-    import verifiers
 
     original = verifiers.VERIFIERS["bert"]
 
@@ -287,7 +286,6 @@ def test_convert_with_failing_parity_exits_non_zero(tiny_bert_checkpoints, capsy
 
 
 def test_a_failed_conversion_leaves_an_earlier_preset_intact(tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
-    import verifiers
 
     out = tmp_path / "native"
     assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)[0] == 0
@@ -323,16 +321,50 @@ def test_a_bin_checkpoint_is_read_with_weights_only(tiny_bert_checkpoints, capsy
     )
 
 
-def test_a_bin_checkpoint_holding_objects_is_refused(tiny_bert_checkpoints, capsys, tmp_path):
+class Payload:
+    """A class a pickled checkpoint names: unpickling it would import and
+    build it (where a hostile file would call `os.system`)."""
+
+
+def test_a_bin_checkpoint_holding_objects_is_refused_without_unsafe_advice(tiny_bert_checkpoints, capsys, tmp_path):
     import torch
 
     source = tmp_path / "malicious"
     shutil.copytree(tiny_bert_checkpoints["model"], source)
     (source / "model.safetensors").unlink()
-    torch.save({"payload": Path("/")}, source / "pytorch_model.bin")
+    state = {"bert.embeddings.word_embeddings.weight": torch.zeros(2, 2), "payload": Payload()}
+    torch.save(state, source / "pytorch_model.bin")
     code, _, stderr = run(capsys, "convert", source, "--class", "BertBackbone", "--out", tmp_path / "native")
-    assert code == 1 and "Weights only load failed" in stderr
+    assert code == 1
+    assert f"'{source / 'pytorch_model.bin'}' holds the Python object `{__name__}.Payload`" in stderr
+    assert "torch.load(weights_only=True)" in stderr and "not loaded" in stderr
+    # torch's own message says re-running with weights_only=False "will likely succeed" and offers to
+    # allow-list the class: advice to run code from an untrusted file, never passed on.
+    assert "weights_only=False" not in stderr and "`weights_only` set to `False`" not in stderr
+    assert "safe_globals" not in stderr and "trust" not in stderr
     assert not (tmp_path / "native").exists()
+
+
+def test_convert_refuses_an_out_directory_that_is_not_a_preset(tiny_bert_checkpoints, capsys, tmp_path):
+    """A user's folder is never emptied: `--out` holding other files is
+    refused before anything is converted, and keeps them."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    code, stdout, err = run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", out)
+    assert code == 2 and stdout == ""
+    assert f"'{out}'" in err and "notes.txt" in err and "not a preset" in err
+    assert [path.name for path in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine"]  # no staging directory left
+
+    # A preset this command wrote is replaced, and a file the user added to it is kept.
+    preset = tmp_path / "preset"
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", preset,
+               "--no-verify")[0] == 0
+    (preset / "notes.txt").write_text("mine too")
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", preset,
+               "--no-verify")[0] == 0
+    assert (preset / "notes.txt").read_text() == "mine too" and (preset / "config.json").is_file()
 
 
 # ------------------------------------------------------------------ errors
@@ -355,7 +387,7 @@ def test_errors(tiny_bert_checkpoints, capsys, tmp_path):
     assert code == 2 and "does not exist" in err
 
     code, _, err = run(capsys, "convert", "vilbert_multitask", "--out", tmp_path / "x")
-    assert code == 2 and "not converted here" in err and "conversion/convert_vilbert.py" in err
+    assert code == 2 and "not converted here" in err and "azk-convert vilbert" in err
 
     code, _, err = run(capsys, "convert", "bert_tiny", "--all", "--out", tmp_path / "x")
     assert code == 2 and "--all" in err
@@ -454,7 +486,7 @@ def test_python_dash_m_conversion(tmp_path):
         [sys.executable, "-m", "conversion", "--help"], cwd=ROOT, env=environment, capture_output=True, text=True
     )
     assert done.returncode == 0
-    for command in ("list", "convert", "verify", "publish"):
+    for command in ("list", "convert", "verify", "publish", "vilbert"):
         assert command in done.stdout
     done = subprocess.run(
         [sys.executable, "-m", "conversion", "list"], cwd=ROOT, env=environment, capture_output=True, text=True

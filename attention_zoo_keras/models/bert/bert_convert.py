@@ -38,6 +38,17 @@ class BertConverter(TransformersConverter):
     backbone_cls = BertBackbone
     preprocessor_cls = BertPreprocessor
     optional_keys = POOLER_KEYS
+    # `position_ids` buffers; `BertForPreTraining`'s next-sentence head; the
+    # masked-LM decoder, tied to the token embedding.
+    ignored_source_keys = (r".*position_ids", r"cls\.seq_relationship\..*", r"cls\.predictions\.decoder\.weight")
+    head_keys = (r"mlm_head/.*", r"classifier/.*")
+    checkpoint_sizes = {
+        "vocabulary_size": ("token_embedding/embeddings", 0),
+        "hidden_dim": ("token_embedding/embeddings", 1),
+        "max_sequence_length": ("position_embedding/embeddings", 0),
+        "num_segments": ("segment_embedding/embeddings", 0),
+        "intermediate_dim": ("transformer_layer_0/feed_forward/intermediate/kernel", 1),
+    }
 
     def backbone_config(self, hf_config):
         if hf_config.get("position_embedding_type", "absolute") != "absolute":

@@ -52,6 +52,10 @@ class BertMaskedLM(Task):
         if "mask_positions" in inputs:
             check_id_range("mask_positions", inputs["mask_positions"], np.shape(inputs["token_ids"])[-1])
 
+    def validate_labels(self, labels, inputs=None):
+        """Labels are the masked tokens' ids, in the vocabulary."""
+        check_id_range("labels", labels, self.backbone.vocabulary_size)
+
     def default_compile_arguments(self):
         return {
             "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),

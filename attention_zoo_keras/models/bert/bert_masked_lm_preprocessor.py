@@ -16,13 +16,16 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
 
     Args:
         tokenizer: a `BertTokenizer`.
-        sequence_length: padded length of every example.
+        sequence_length: the most tokens an example holds.
         mask_selection_rate: fraction of (non-special) tokens to predict.
         mask_selection_length: the most predictions per example; the output
             positions are padded to this length with weight 0.
         mask_token_rate: of the selected tokens, the share replaced by `[MASK]`.
         random_token_rate: the share replaced by a random vocabulary token.
         seed: seed of the masking randomness.
+        padding, bucket_lengths: how wide a batch is padded (see
+            `BertPreprocessor`); `mask_positions` always has
+            `mask_selection_length` entries.
 
     Call returns `(features, labels, sample_weight)`: features with the masked
     `token_ids` and `mask_positions`; `labels` the original ids at those
@@ -48,8 +51,10 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
         mask_token_rate=0.8,
         random_token_rate=0.1,
         seed=None,
+        padding=None,
+        bucket_lengths=None,
     ):
-        super().__init__(tokenizer, sequence_length=sequence_length)
+        super().__init__(tokenizer, sequence_length=sequence_length, padding=padding, bucket_lengths=bucket_lengths)
         if mask_token_rate + random_token_rate > 1:
             raise ValueError("mask_token_rate + random_token_rate must be at most 1.")
         self.mask_selection_rate = mask_selection_rate

@@ -1,7 +1,6 @@
 """BERT's input packing: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, truncated
 to the sequence length and padded, with segment ids and a padding mask."""
 
-import keras
 import numpy as np
 
 from attention_zoo_keras.models.bert.bert_tokenizer import BertTokenizer
@@ -30,7 +29,14 @@ class BertPreprocessor(TextPreprocessor):
 
     Args:
         tokenizer: a `BertTokenizer`.
-        sequence_length: every output is padded or truncated to this length.
+        sequence_length: the most tokens an example holds (longer texts are
+            truncated, longest segment first).
+        padding: `"buckets"` (default): pad each batch to the smallest
+            bucket length holding its longest example, at most
+            `sequence_length`; `"max_length"`: always to `sequence_length`
+            (see `TextPreprocessor`).
+        bucket_lengths: with `"buckets"`, the lengths to pad to; `None`
+            takes the powers of two from 16.
 
     Call args:
         x: a string, a list of strings, or a tuple `(first, second)` of lists
@@ -43,17 +49,20 @@ class BertPreprocessor(TextPreprocessor):
     >>> preprocessor = BertPreprocessor(BertTokenizer.from_vocabulary(vocab), sequence_length=6)
     >>> preprocessor(["a great film"])["token_ids"].tolist()
     [[2, 5, 6, 7, 3, 0]]
+    >>> preprocessor = BertPreprocessor(BertTokenizer.from_vocabulary(vocab), bucket_lengths=[8, 16])
+    >>> preprocessor(["a great film", "a film"])["padding_mask"].tolist()
+    [[1, 1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
     """
 
     tokenizer_cls = BertTokenizer
     family = "bert"
 
-    def __init__(self, tokenizer, sequence_length=512):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer, sequence_length=512, padding=None, bucket_lengths=None):
+        super().__init__(tokenizer, padding=padding, bucket_lengths=bucket_lengths)
         self.sequence_length = sequence_length
 
     def get_config(self):
-        return {"sequence_length": self.sequence_length}
+        return {**super().get_config(), "sequence_length": self.sequence_length}
 
     def pack(self, x):
         """The feature dict of raw text `x` (numpy int32 arrays)."""
@@ -62,15 +71,11 @@ class BertPreprocessor(TextPreprocessor):
             raise ValueError(f"BERT takes one or two segments; got {len(segments)}.")
         encoded = [self.tokenizer.encode(segment) for segment in segments]
         tokenizer = self.tokenizer
-        batch = len(segments[0])
-        token_ids = np.full((batch, self.sequence_length), tokenizer.pad_token_id, dtype="int32")
-        segment_ids = np.zeros((batch, self.sequence_length), dtype="int32")
-        padding_mask = np.zeros((batch, self.sequence_length), dtype="int32")
         budget = self.sequence_length - 1 - len(segments)
         if budget < 0:
             raise ValueError(f"sequence_length {self.sequence_length} cannot hold the special tokens.")
-        for row in range(batch):
-            pieces = [ids[row] for ids in encoded]
+        rows = []
+        for pieces in zip(*encoded):
             if len(pieces) == 1:
                 lengths = (min(len(pieces[0]), budget),)
             else:
@@ -80,13 +85,16 @@ class BertPreprocessor(TextPreprocessor):
             for index, (piece, length) in enumerate(zip(pieces, lengths)):
                 ids += piece[:length] + [tokenizer.sep_token_id]
                 segment += [index] * (length + 1)
+            rows.append((ids, segment))
+        width = self.batch_width(max((len(ids) for ids, _ in rows), default=0), self.sequence_length)
+        token_ids = np.full((len(rows), width), tokenizer.pad_token_id, dtype="int32")
+        segment_ids = np.zeros((len(rows), width), dtype="int32")
+        padding_mask = np.zeros((len(rows), width), dtype="int32")
+        for row, (ids, segment) in enumerate(rows):
             token_ids[row, : len(ids)] = ids
             segment_ids[row, : len(ids)] = segment
             padding_mask[row, : len(ids)] = 1
         return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
     def __call__(self, x, y=None, sample_weight=None):
-        features = self.pack(x)
-        if y is None and sample_weight is None:
-            return features
-        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+        return self.with_labels(self.pack(x), y, sample_weight)

@@ -5,6 +5,7 @@ import keras
 
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
+from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.registration import register
 
@@ -47,6 +48,10 @@ class BertTextClassifier(Task):
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = dropout
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are class indices in `[0, num_classes)`, or one-hot rows `num_classes` wide."""
+        check_class_labels(labels, self.num_classes)
 
     def default_compile_arguments(self):
         return {

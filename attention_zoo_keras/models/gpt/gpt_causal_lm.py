@@ -23,6 +23,8 @@ class GPTCausalLM(CausalLM):
 
     Inputs: the backbone's `token_ids` and `padding_mask`. Output: logits
     `(batch, length, vocabulary_size)`, float32 only if the backbone is.
+    `generate` takes the arguments of every generative task (see
+    `GenerativeTask.generate`), up to `max_sequence_length` tokens.
 
     Example:
 

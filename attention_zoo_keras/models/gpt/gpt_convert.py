@@ -51,6 +51,15 @@ class GPTConverter(TransformersConverter):
     model_type = "gpt2"
     backbone_cls = GPTBackbone
     preprocessor_cls = GPTCausalLMPreprocessor
+    # The causal-mask buffers of older checkpoints; the LM head, tied to the
+    # token embedding.
+    ignored_source_keys = (r".*attn\.bias", r".*attn\.masked_bias", r"lm_head\.weight")
+    checkpoint_sizes = {
+        "vocabulary_size": ("token_embedding/embeddings", 0),
+        "hidden_dim": ("token_embedding/embeddings", 1),
+        "max_sequence_length": ("position_embedding/embeddings", 0),
+        "intermediate_dim": ("transformer_layer_0/feed_forward/intermediate/kernel", 1),
+    }
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)

@@ -18,18 +18,22 @@ class GPTCausalLMPreprocessor(CausalLMPreprocessor):
 
     Args:
         tokenizer: a `GPTTokenizer`.
-        sequence_length: length of the model inputs (texts are right-padded
-            with `<|endoftext|>`, or truncated).
+        sequence_length: the most tokens a model input holds (texts are
+            truncated to it, and right-padded with `<|endoftext|>`).
         add_start_token: prepend `<|endoftext|>` as a start token (as
             KerasHub does). Off by default: `transformers`' GPT-2 tokenizer
             adds none, and the pretrained model was not trained with one at
             the start of every example.
         add_end_token: append `<|endoftext|>`, so the model learns where a
             text ends (GPT-2's document separator). On by default.
+        padding, bucket_lengths: how wide a batch is padded: by default to
+            the smallest power of two from 16 that holds its longest text,
+            at most `sequence_length` (see `TextPreprocessor`).
 
     Call returns `(features, labels, sample_weight)`: `features` with
-    `token_ids` and `padding_mask` `(batch, sequence_length)`; `labels` the
-    ids one position on; `sample_weight` 1 where the label is a real token,
+    `token_ids` and `padding_mask` `(batch, width)`, `width` the batch's
+    padded width; `labels` the ids one position on, as wide;
+    `sample_weight` 1 where the label is a real token,
     0 on padding (times a given per-example `sample_weight`).
 
     Example:

@@ -33,7 +33,7 @@ from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.reversible import ReversibleSequence
 from attention_zoo_keras.models.backbone import Backbone
-from attention_zoo_keras.models.input_validation import check_id_range
+from attention_zoo_keras.models.input_validation import check_token_inputs
 from attention_zoo_keras.models.reformer.reformer_blocks import ReformerAttention
 from attention_zoo_keras.models.reformer.reformer_blocks import ReformerFeedForward
 from attention_zoo_keras.registration import register
@@ -136,6 +136,8 @@ class ReformerBackbone(Backbone):
             each LSH chunk attends to.
         hash_seed: an int makes the LSH rotations the same at every call;
             `None` draws new ones at every call (and every training step).
+            To hash with given rotations (another implementation's), see
+            `set_lsh_rotations`.
         local_chunk_length: local attention block length.
         local_num_chunks_before, local_num_chunks_after: neighbouring blocks
             each local block attends to.
@@ -383,10 +385,41 @@ class ReformerBackbone(Backbone):
         """The feed-forward branch `G` (`ReformerFeedForward`) of every layer."""
         return self.reversible.g_layers
 
+    def _lsh_branches(self, what):
+        branches = [branch for branch in self.attention_branches if branch.attention == "lsh"]
+        if not branches:
+            raise ValueError(
+                f"{what}: this Reformer has no LSH attention layer (attention_layers={self.attention_layers})."
+            )
+        return branches
+
+    @property
+    def lsh_rotations_shape(self):
+        """The shape of the rotations every LSH layer hashes with,
+        `(num_heads, head_dim, num_hashes, Σ b_f / 2)`; see
+        `set_lsh_rotations`. Raises `ValueError` without LSH layers or
+        without `num_buckets`."""
+        return self._lsh_branches("lsh_rotations_shape")[0].rotations_shape
+
+    def set_lsh_rotations(self, rotations):
+        """Makes every LSH layer hash with `rotations` (or, with `None`, draw
+        them again from `hash_seed`), see `ReformerAttention.set_rotations`.
+
+        transformers' Reformer with `hash_seed=s` reseeds torch in every LSH
+        layer, so all its layers hash with one draw; to reproduce it:
+
+            torch.manual_seed(s)
+            backbone.set_lsh_rotations(torch.randn(backbone.lsh_rotations_shape).numpy())
+
+        Raises:
+            ValueError: without LSH layers, or for rotations of another shape.
+        """
+        for branch in self._lsh_branches("set_lsh_rotations"):
+            branch.set_rotations(rotations)
+
     def validate_inputs(self, inputs):
-        token_ids = inputs["token_ids"]
-        check_id_range("token_ids", token_ids, self.vocabulary_size)
-        length = np.shape(token_ids)[-1]
+        check_token_inputs(inputs, self.vocabulary_size)
+        length = np.shape(inputs["token_ids"])[-1]
         padded = padded_length(length, self.chunk_lengths)
         if padded > self.max_sequence_length:
             detail = "" if padded == length else f" (padded to {padded}, a multiple of the chunk lengths)"

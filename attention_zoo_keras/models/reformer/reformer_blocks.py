@@ -13,7 +13,10 @@ whose weights copy across unchanged.
 """
 
 import keras
+import numpy as np
 
+from attention_zoo_keras.attention.lsh import DEFAULT_NUM_HASHES
+from attention_zoo_keras.attention.lsh import lsh_rotations_shape
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
@@ -38,10 +41,8 @@ class ReformerAttention(keras.layers.Layer):
         kernel_initializer: initializer of the projections.
 
     Attributes:
-        rotations: `None`, or fixed LSH rotations `(num_heads, head_dim,
-            num_hashes, Σ buckets / 2)` used at every call instead of
-            drawing them — to reproduce another implementation's hashing
-            (parity tests). Not saved.
+        rotations: `None`, or the fixed LSH rotations set by
+            `set_rotations`, used at every call instead of drawing them.
 
     Call args:
         x: `(batch, length, hidden_dim)`.
@@ -102,6 +103,69 @@ class ReformerAttention(keras.layers.Layer):
     def build(self, input_shape):
         self.norm.build(input_shape)
         self.self_attention.build(input_shape)
+
+    @property
+    def rotations_shape(self):
+        """The shape of this LSH branch's rotations, `(num_heads, head_dim,
+        num_hashes, Σ b_f / 2)` (`attention.lsh_rotations_shape`, the
+        layout of transformers' `LSHSelfAttention`).
+
+        Raises:
+            ValueError: for a branch that is not LSH attention, or without
+                `num_buckets` (its default depends on the sequence length).
+        """
+        self._check_lsh("rotations_shape")
+        num_buckets = self.attention_options.get("num_buckets")
+        if num_buckets is None:
+            raise ValueError(
+                "The LSH rotations' shape depends on num_buckets, which is not set (it then follows the "
+                "sequence length); give the branch attention_options={'num_buckets': ...}."
+            )
+        return lsh_rotations_shape(
+            self.num_heads, self.head_dim, self.attention_options.get("num_hashes", DEFAULT_NUM_HASHES), num_buckets
+        )
+
+    def set_rotations(self, rotations):
+        """Fixes the random rotations this LSH branch hashes with, at every
+        call and while decoding, instead of drawing them (from the `seed`
+        option, or afresh each call).
+
+        This is how another implementation's hashing is reproduced: for
+        transformers' Reformer with `hash_seed=s`, pass
+        `torch.manual_seed(s); torch.randn(branch.rotations_shape)` (as a
+        numpy array). The rotations are not saved with the model.
+
+        Args:
+            rotations: `(num_heads, head_dim, num_hashes, Σ b_f / 2)`
+                (`rotations_shape`), or `None` to draw them again.
+
+        Raises:
+            ValueError: for a branch that is not LSH attention, or rotations
+                of another shape (naming both).
+        """
+        self._check_lsh("set_rotations")
+        if rotations is None:
+            self.rotations = None
+            return
+        rotations = np.asarray(keras.ops.convert_to_numpy(rotations), dtype="float32")
+        num_buckets = self.attention_options.get("num_buckets")
+        expected = (self.num_heads, self.head_dim, self.attention_options.get("num_hashes", DEFAULT_NUM_HASHES))
+        shape_text = "(num_heads, head_dim, num_hashes, sum(num_buckets) // 2)"
+        if num_buckets is not None:
+            expected = self.rotations_shape
+        if rotations.ndim != 4 or rotations.shape[: len(expected)] != expected:
+            raise ValueError(
+                f"LSH rotations for '{self.name}' must have shape {shape_text} = {expected}"
+                f"{'' if num_buckets is not None else ' + (any,)'}; got {rotations.shape}."
+            )
+        self.rotations = rotations
+
+    def _check_lsh(self, what):
+        if self.attention != "lsh":
+            raise ValueError(
+                f"{what} is for LSH attention branches; '{self.name}' uses '{self.attention}' attention, "
+                "which hashes nothing."
+            )
 
     def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
         arguments = None if self.rotations is None else {"rotations": self.rotations}

@@ -28,7 +28,6 @@ every step.
 import math
 
 import keras
-import numpy as np
 from keras import ops
 
 from attention_zoo_keras.models.causal_lm import CausalLM
@@ -73,7 +72,9 @@ class ReformerCausalLM(CausalLM):
     `(batch, length, vocabulary_size)`.
 
     Training needs sequences whose length is a multiple of the chunk
-    lengths (and, with axial positions, exactly `n₁·n₂` long).
+    lengths (and, with axial positions, exactly `n₁·n₂` long). `generate`
+    takes the arguments of every generative task (see
+    `GenerativeTask.generate`).
 
     Example:
 
@@ -83,6 +84,8 @@ class ReformerCausalLM(CausalLM):
 
     backbone_cls = ReformerBackbone
     preprocessor_cls = ReformerCausalLMPreprocessor
+    # LSH decoding depends on where the prompt pass ends (see the module docstring).
+    decodes_prompt_lengths_apart = True
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         if not backbone.is_causal:
@@ -116,21 +119,6 @@ class ReformerCausalLM(CausalLM):
         chunk lengths."""
         multiple = math.lcm(BUFFER_MULTIPLE, *self.backbone.chunk_lengths)
         return round_up(int(end_positions.max()), multiple, self.max_generation_length)
-
-    def _sample_generate(self, prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed):
-        """Prompts of one length at a time (see the module docstring)."""
-        if len(set(lengths.tolist())) == 1:
-            return super()._sample_generate(prompts, lengths, end_positions, stop_ids, pad_id, sampler, seed)
-        token_ids = np.full((len(prompts), self._buffer_length(end_positions)), pad_id, dtype="int32")
-        valid = np.zeros(token_ids.shape, dtype=bool)
-        for length in np.unique(lengths):
-            rows = np.flatnonzero(lengths == length)
-            ids, mask = super()._sample_generate(
-                [prompts[row] for row in rows], lengths[rows], end_positions[rows], stop_ids, pad_id, sampler, seed
-            )
-            token_ids[rows, : ids.shape[1]] = ids
-            valid[rows, : mask.shape[1]] = mask
-        return token_ids, valid
 
     def _prompt_pass_length(self, prompt_length, buffer_length):
         """The whole prompt, padded as the backbone pads at inference (or to

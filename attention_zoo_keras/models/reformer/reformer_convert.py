@@ -14,14 +14,16 @@ into Keras kernels):
 - `encoder.layers.{l}.feed_forward`: `layer_norm`, `dense.dense`,
   `output.dense` → `reversible/feed_forward_{l}`;
 - `encoder.layer_norm` (over 2·hidden) → `final_norm`;
-- `lm_head.decoder.weight` → `lm_head/kernel`, `lm_head.bias` →
-  `lm_head/bias` (kept, although `transformers` 5.x does not add it);
+- `lm_head.decoder.weight` → `lm_head/kernel`, `lm_head.decoder.bias`
+  (or, where absent, `lm_head.bias`) → `lm_head/bias` (kept, although
+  `transformers` 5.0-5.23 do not add it);
 - `classifier.dense`, `classifier.out_proj` → `classifier_dense`,
   `classifier_out_proj` (`ReformerTextClassifier`).
 
 `hash_seed` becomes the LSH `seed` (the same rotations at every call, but
 drawn by numpy, not torch: hashing agrees with `transformers` only when
-the rotations are handed to both, see `ReformerAttention.rotations`).
+both hash with the same rotations, which `ReformerBackbone.set_lsh_rotations`
+sets; not saved).
 """
 
 import numpy as np
@@ -53,6 +55,12 @@ class ReformerConverter(TransformersConverter):
     model_type = "reformer"
     backbone_cls = ReformerBackbone
     preprocessor_cls = ReformerCausalLMPreprocessor
+    # The LM head's bias: checkpoints saved before transformers 5.x hold it
+    # twice, tied (`lm_head.bias`, `lm_head.decoder.bias`); 5.0-5.23 save only
+    # `lm_head.bias` (and do not add it); 5.24 adds `lm_head.decoder.bias`
+    # (and not `lm_head.bias`). The decoder's is read when present.
+    ignored_source_keys = (r"lm_head\.(decoder\.)?bias",)
+    head_keys = (r"lm_head/.*",)
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)
@@ -123,7 +131,7 @@ class ReformerConverter(TransformersConverter):
         copy_layer_norm(arrays, "final_norm", f"{prefix}encoder.layer_norm", checkpoint)
         if "lm_head.decoder.weight" in checkpoint:
             arrays["lm_head/kernel"] = np.asarray(checkpoint["lm_head.decoder.weight"]).T
-            bias = "lm_head.bias" if "lm_head.bias" in checkpoint else "lm_head.decoder.bias"
+            bias = "lm_head.decoder.bias" if "lm_head.decoder.bias" in checkpoint else "lm_head.bias"
             arrays["lm_head/bias"] = checkpoint[bias]
         if "classifier.dense.weight" in checkpoint:
             copy_dense(arrays, "classifier_dense", "classifier.dense", checkpoint)

@@ -13,6 +13,7 @@ The backbone must be bidirectional (`is_causal=False`: transformers'
 `is_decoder=False`), as a masked position is predicted from both sides.
 """
 
+from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_causal_lm import language_model_compile_arguments
 from attention_zoo_keras.models.reformer.reformer_causal_lm import language_model_head
@@ -67,6 +68,10 @@ class ReformerMaskedLM(Task):
         logits = head(backbone(inputs)["sequence_output"])
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.lm_head = head
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are the original tokens' ids, in the vocabulary."""
+        check_id_range("labels", labels, self.backbone.vocabulary_size)
 
     def default_compile_arguments(self):
         return language_model_compile_arguments()

@@ -27,6 +27,7 @@ random replacement only, with no mask id at all.
 import keras
 import numpy as np
 
+from attention_zoo_keras.models.preprocessor import weighted
 from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
 from attention_zoo_keras.registration import register
 
@@ -90,6 +91,8 @@ class ReformerMaskedLMPreprocessor(ReformerPreprocessor):
         mask_token_rate: of the selected tokens, the share replaced by the mask id.
         random_token_rate: the share replaced by a random non-special id.
         seed: seed of the masking randomness (`None`: fresh each run).
+        padding, bucket_lengths: as in `ReformerPreprocessor` (every batch
+            `sequence_length` wide by default).
 
     Call returns `(features, labels, sample_weight)`: `features` with the
     masked `token_ids` and the `padding_mask`, `(batch, sequence_length)`;
@@ -118,9 +121,12 @@ class ReformerMaskedLMPreprocessor(ReformerPreprocessor):
         mask_token_rate=0.8,
         random_token_rate=0.1,
         seed=None,
+        padding=None,
+        bucket_lengths=None,
     ):
         super().__init__(
-            tokenizer, sequence_length=sequence_length, add_start_token=add_start_token, add_end_token=add_end_token
+            tokenizer, sequence_length=sequence_length, add_start_token=add_start_token,
+            add_end_token=add_end_token, padding=padding, bucket_lengths=bucket_lengths,
         )
         if not 0 < mask_selection_rate <= 1:
             raise ValueError(f"mask_selection_rate must be in (0, 1]; got {mask_selection_rate}.")
@@ -180,6 +186,5 @@ class ReformerMaskedLMPreprocessor(ReformerPreprocessor):
                 f"{type(self).__name__} takes no labels: they are the text's own tokens. Pass only the texts."
             )
         features, labels, weights = self.mask(self.pack(x))
-        if sample_weight is not None:
-            weights = weights * np.asarray(sample_weight, dtype="float32").reshape(-1, 1)
+        weights = weighted(weights, sample_weight)
         return keras.utils.pack_x_y_sample_weight(features, labels, weights)

@@ -16,6 +16,7 @@ import logging
 
 import keras
 
+from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
 from attention_zoo_keras.models.task import Task
@@ -93,6 +94,10 @@ class ReformerTextClassifier(Task):
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = dropout
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are class indices in `[0, num_classes)`, or one-hot rows `num_classes` wide."""
+        check_class_labels(labels, self.num_classes)
 
     def default_compile_arguments(self):
         return {

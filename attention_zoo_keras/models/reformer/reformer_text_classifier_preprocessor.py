@@ -10,8 +10,6 @@ the enwik8 bytes (padded with `<pad>`, ended with `<EOS>`). The padding
 id does not matter to the model: `padding_mask` masks those positions.
 """
 
-import keras
-
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerTokenizer
 from attention_zoo_keras.models.text_preprocessor import PackedTextPreprocessor
 from attention_zoo_keras.registration import register
@@ -33,10 +31,15 @@ class ReformerPreprocessor(PackedTextPreprocessor):
         add_end_token: append the end token (on), as
             `ReformerCausalLMPreprocessor` does, so a preset's settings carry
             over between the Reformer tasks.
+        padding: `"max_length"` by default, unlike the other families'
+            preprocessors: the chunked attention is shaped by the length (the
+            backbone's `static_sequence_length`), so every batch is
+            `sequence_length` wide. `"buckets"`: see `TextPreprocessor`.
+        bucket_lengths: with `padding="buckets"`, the lengths to pad to.
 
     Call args:
         x: a string or a list of strings.
-        y, sample_weight: passed through (`keras.utils.pack_x_y_sample_weight`).
+        y, sample_weight: passed through (one entry per text).
 
     Example:
 
@@ -49,9 +52,7 @@ class ReformerPreprocessor(PackedTextPreprocessor):
 
     tokenizer_cls = ReformerTokenizer
     family = "reformer"
+    default_padding = "max_length"
 
     def __call__(self, x, y=None, sample_weight=None):
-        features = self.pack(x)
-        if y is None and sample_weight is None:
-            return features
-        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+        return self.with_labels(self.pack(x), y, sample_weight)

@@ -70,6 +70,19 @@ class MarianConverter(TransformersConverter):
     model_type = "marian"
     backbone_cls = TransformerBackbone
     preprocessor_cls = TransformerSeq2SeqLMPreprocessor
+    # The copies of the shared embedding (one is read), the LM head tied to
+    # it, and the sinusoidal positions, which are computed.
+    ignored_source_keys = (
+        r"(model\.)?(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.weight",
+        r"lm_head\.weight",
+        r".*embed_positions\.weight",
+        r".*position_ids",
+    )
+    head_keys = (r"lm_head/.*",)
+    checkpoint_sizes = {
+        "vocabulary_size": ("token_embedding/embeddings", 0),
+        "hidden_dim": ("token_embedding/embeddings", 1),
+    }
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)

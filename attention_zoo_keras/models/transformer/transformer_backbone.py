@@ -24,8 +24,7 @@ from attention_zoo_keras.layers.sinusoidal_position_embedding import SinusoidalP
 from attention_zoo_keras.layers.transformer_decoder_block import TransformerDecoderBlock
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
-from attention_zoo_keras.models.input_validation import check_id_range
-from attention_zoo_keras.models.input_validation import check_sequence_length
+from attention_zoo_keras.models.input_validation import check_token_inputs
 from attention_zoo_keras.registration import register
 
 POSITION_EMBEDDINGS = ("sinusoidal", "sinusoidal_concatenated", "learned")
@@ -324,9 +323,7 @@ class TransformerBackbone(Backbone):
 
     def validate_inputs(self, inputs):
         for side, vocabulary in (("encoder", self.vocabulary_size), ("decoder", self.decoder_vocabulary_size)):
-            token_ids = inputs[f"{side}_token_ids"]
-            check_sequence_length(f"{side}_token_ids", token_ids, self.max_sequence_length)
-            check_id_range(f"{side}_token_ids", token_ids, vocabulary)
+            check_token_inputs(inputs, vocabulary, self.max_sequence_length, prefix=f"{side}_")
         source_batch = ops.shape(inputs["encoder_token_ids"])[0]
         target_batch = ops.shape(inputs["decoder_token_ids"])[0]
         if source_batch != target_batch:

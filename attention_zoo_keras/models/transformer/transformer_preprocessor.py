@@ -14,14 +14,15 @@ so it never counts in the loss or the metrics.
 import keras
 import numpy as np
 
+from attention_zoo_keras.models.preprocessor import weighted
 from attention_zoo_keras.models.text_preprocessor import TextPreprocessor
 from attention_zoo_keras.models.transformer.transformer_tokenizer import TransformerTokenizer
 from attention_zoo_keras.registration import register
 
 
 def _padded(rows, length, pad_id):
-    """`(token_ids, padding_mask)` of lists of ids, right-padded to `length`
-    (numpy int32)."""
+    """`(token_ids, padding_mask)` of lists of ids (none longer than
+    `length`), right-padded to `length` (numpy int32)."""
     token_ids = np.full((len(rows), length), pad_id, dtype="int32")
     padding_mask = np.zeros((len(rows), length), dtype="int32")
     for row, ids in enumerate(rows):
@@ -37,14 +38,22 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
 
     Args:
         tokenizer: a `TransformerTokenizer`.
-        encoder_sequence_length: length of the encoder inputs. A longer
-            source is truncated, keeping its final `</s>`.
-        decoder_sequence_length: length of the decoder inputs and labels. A
-            longer target is truncated to `decoder_sequence_length - 1`
-            tokens; the labels still end in `</s>` (as `transformers`
-            truncates), the decoder inputs in the last kept target token.
+        encoder_sequence_length: the most tokens an encoder input holds. A
+            longer source is truncated, keeping its final `</s>`.
+        decoder_sequence_length: the most tokens a decoder input (and its
+            labels) holds. A longer target is truncated to
+            `decoder_sequence_length - 1` tokens; the labels still end in
+            `</s>` (as `transformers` truncates), the decoder inputs in the
+            last kept target token.
         decoder_start_token_id: the decoder's first input; `None` takes
             `<pad>`, Marian's choice.
+        padding: `"buckets"` (default): the encoder inputs of a batch are
+            padded to the smallest bucket length that holds its longest
+            source (at most `encoder_sequence_length`), the decoder inputs
+            and labels likewise for the targets; `"max_length"`: to
+            `encoder_sequence_length` and `decoder_sequence_length`.
+        bucket_lengths: with `"buckets"`, the lengths to pad to; `None`
+            takes the powers of two from 16 (see `TextPreprocessor`).
 
     Call args:
         x: `(sources, targets)`, two lists of strings of equal length, to
@@ -56,10 +65,10 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
 
     Call returns `(features, labels, sample_weight)` for `(sources,
     targets)`: `features` with `encoder_token_ids`, `encoder_padding_mask`
-    `(batch, encoder_sequence_length)` and `decoder_token_ids`,
-    `decoder_padding_mask` `(batch, decoder_sequence_length)`; `labels` the
-    target ids one position on; `sample_weight` 1 on real labels, 0 on
-    padding.
+    `(batch, encoder width)` and `decoder_token_ids`, `decoder_padding_mask`
+    `(batch, decoder width)` (each width at most its sequence length);
+    `labels` the target ids one position on, as wide as the decoder inputs;
+    `sample_weight` 1 on real labels, 0 on padding.
 
     Example:
 
@@ -81,9 +90,10 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
     family = "transformer"
 
     def __init__(
-        self, tokenizer, encoder_sequence_length=512, decoder_sequence_length=512, decoder_start_token_id=None
+        self, tokenizer, encoder_sequence_length=512, decoder_sequence_length=512, decoder_start_token_id=None,
+        padding=None, bucket_lengths=None,
     ):
-        super().__init__(tokenizer)
+        super().__init__(tokenizer, padding=padding, bucket_lengths=bucket_lengths)
         for name, length in (
             ("encoder_sequence_length", encoder_sequence_length),
             ("decoder_sequence_length", decoder_sequence_length),
@@ -98,6 +108,7 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
 
     def get_config(self):
         return {
+            **super().get_config(),
             "encoder_sequence_length": self.encoder_sequence_length,
             "decoder_sequence_length": self.decoder_sequence_length,
             "decoder_start_token_id": self.decoder_start_token_id,
@@ -105,8 +116,9 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
 
     def pack_sources(self, texts):
         """`{"encoder_token_ids", "encoder_padding_mask"}` of source texts
-        (numpy int32, `(batch, encoder_sequence_length)`): the ids and
-        `</s>`, right-padded with `<pad>`."""
+        (numpy int32, `(batch, width)`, the width at most
+        `encoder_sequence_length`): the ids and `</s>`, right-padded with
+        `<pad>`."""
         segments = self.segments(texts)
         if len(segments) != 1:
             raise ValueError(f"pack_sources takes the source texts only; got {len(segments)} lists.")
@@ -114,17 +126,17 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
             raise ValueError("No source texts were given.")
         end = self.tokenizer.end_token_id
         rows = [ids[: self.encoder_sequence_length - 1] + [end] for ids in self.tokenizer.encode(segments[0])]
-        token_ids, padding_mask = _padded(rows, self.encoder_sequence_length, self.tokenizer.pad_token_id)
+        width = self.batch_width(max(len(ids) for ids in rows), self.encoder_sequence_length)
+        token_ids, padding_mask = _padded(rows, width, self.tokenizer.pad_token_id)
         return {"encoder_token_ids": token_ids, "encoder_padding_mask": padding_mask}
 
     def _pack_targets(self, texts):
         """`(decoder_token_ids, decoder_padding_mask, labels)` of target texts."""
         kept = [ids[: self.decoder_sequence_length - 1] for ids in self.tokenizer.encode_target(texts)]
         pad = self.tokenizer.pad_token_id
-        decoder_token_ids, padding_mask = _padded(
-            [[self.decoder_start_token_id] + ids for ids in kept], self.decoder_sequence_length, pad
-        )
-        labels, _ = _padded([ids + [self.tokenizer.end_token_id] for ids in kept], self.decoder_sequence_length, pad)
+        width = self.batch_width(max((len(ids) + 1 for ids in kept), default=1), self.decoder_sequence_length)
+        decoder_token_ids, padding_mask = _padded([[self.decoder_start_token_id] + ids for ids in kept], width, pad)
+        labels, _ = _padded([ids + [self.tokenizer.end_token_id] for ids in kept], width, pad)
         return decoder_token_ids, padding_mask, labels
 
     def __call__(self, x, y=None, sample_weight=None):
@@ -146,6 +158,5 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
         decoder_token_ids, decoder_padding_mask, labels = self._pack_targets(targets)
         features.update(decoder_token_ids=decoder_token_ids, decoder_padding_mask=decoder_padding_mask)
         weights = decoder_padding_mask.astype("float32")
-        if sample_weight is not None:
-            weights = weights * np.asarray(sample_weight, dtype="float32").reshape(-1, 1)
+        weights = weighted(weights, sample_weight)
         return keras.utils.pack_x_y_sample_weight(features, labels, weights)

@@ -13,18 +13,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from attention_zoo_keras.backend_support import compile_step
-from attention_zoo_keras.generation.beam_search import beam_search
-from attention_zoo_keras.generation.beam_search import check_beam_options
-from attention_zoo_keras.generation.in_place_decoding import decode_in_place
-from attention_zoo_keras.generation.samplers import get_sampler
-from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
-from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
+from attention_zoo_keras.models.generation_request import dict_prompt_arrays
 from attention_zoo_keras.models.generative_task import GenerativeTask
-from attention_zoo_keras.models.generative_task import check_beam_sampler_options
-from attention_zoo_keras.models.generative_task import right_padded
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.text_preprocessor import as_text_list
@@ -53,6 +45,26 @@ class TransformerSeq2SeqLM(GenerativeTask):
     target_length, target_vocabulary)` for the next target token at every
     decoder position.
 
+    `generate` takes the arguments every generative task takes (see
+    `GenerativeTask.generate`): the encoder runs once, then each decoder
+    layer keeps a key/value cache of its self-attention and the keys and
+    values of its cross-attention. `max_length` counts the decoder start
+    token (as `transformers` counts); its default is room for what training
+    covers, the preprocessor's `decoder_sequence_length` plus one (at most
+    the backbone's `max_sequence_length`). Its own options:
+
+    - `decoder_start_token_id`: the decoder's first input; `"auto"` is the
+      preprocessor's (Marian: `<pad>`).
+    - `suppressed_token_ids`: ids never generated; `"auto"` is the pad id
+      (the decoder start, for Marian). Their scores are set to −∞ after the
+      log-softmax in beam search, before it otherwise, as `transformers`'
+      `bad_words_ids` does.
+    - `force_end_token`: `True` (the default) ends a row that reaches
+      `max_length` with the first stop token (`transformers`'
+      `forced_eos_token_id`, which Marian configs set).
+
+    The outputs start with the decoder start token; texts leave it out.
+
     Example:
 
     >>> mt = TransformerSeq2SeqLM.from_preset("transformer_opus_mt_en_de")          # doctest: +SKIP
@@ -65,6 +77,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
 
     backbone_cls = TransformerBackbone
     preprocessor_cls = TransformerSeq2SeqLMPreprocessor
+    text_starts_at = 1  # the decoder start token is not text
 
     def __init__(self, backbone, preprocessor=None, logits_bias=False, **kwargs):
         inputs = dict(backbone.input)
@@ -97,30 +110,19 @@ class TransformerSeq2SeqLM(GenerativeTask):
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     # ------------------------------------------------------------------
-    # Generation.
+    # Generation (`GenerativeTask.generate`, with the options of
+    # `_prepare_generation`).
+
+    @property
+    def max_generation_length(self):
+        """The decoder's number of positions."""
+        return self.backbone.max_sequence_length
 
     def _sources(self, inputs):
         """`(encoder_token_ids, encoder_padding_mask, is_text, is_single)`:
         numpy arrays trimmed to the longest source (rounded up)."""
         if isinstance(inputs, dict):
-            token_ids = np.asarray(ops.convert_to_numpy(inputs["encoder_token_ids"]))
-            if "encoder_padding_mask" in inputs:
-                mask = np.asarray(ops.convert_to_numpy(inputs["encoder_padding_mask"])).astype(bool)
-            else:
-                mask = np.ones(token_ids.shape, dtype=bool)
-            if token_ids.ndim == 1:
-                token_ids, mask = token_ids[None], mask[None]
-            if token_ids.ndim != 2 or mask.shape != token_ids.shape:
-                raise ValueError(
-                    "encoder_token_ids and encoder_padding_mask must both be (batch, source_length); got the "
-                    f"shapes {token_ids.shape} and {mask.shape}."
-                )
-            padding_before_a_token = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)
-            if padding_before_a_token.any():
-                raise ValueError(
-                    f"Source {int(np.argmax(padding_before_a_token))}'s encoder_padding_mask is not right-padded "
-                    "(real tokens first, then padding); generate takes right-padded sources."
-                )
+            token_ids, mask = dict_prompt_arrays(inputs, "encoder_token_ids", "encoder_padding_mask", "Source")
             is_text, is_single = False, False
         else:
             if self.preprocessor is None or not self.preprocessor.is_raw(inputs) or isinstance(inputs, tuple):
@@ -135,8 +137,6 @@ class TransformerSeq2SeqLM(GenerativeTask):
             features = self.preprocessor.pack_sources(texts)
             token_ids, mask = features["encoder_token_ids"], features["encoder_padding_mask"].astype(bool)
             is_text, is_single = True, isinstance(inputs, str)
-        if token_ids.shape[0] == 0:
-            raise ValueError("generate needs at least one source; got an empty batch.")
         lengths = mask.sum(axis=1)
         if (lengths == 0).any():
             raise ValueError(f"Source {int(np.argmin(lengths))} is empty (its encoder_padding_mask is all 0).")
@@ -149,13 +149,6 @@ class TransformerSeq2SeqLM(GenerativeTask):
         # Never wider than the given arrays (round_up caps it there), so a cut, not a pad.
         width = round_up(int(lengths.max()), SOURCE_MULTIPLE, min(limit, token_ids.shape[1]))
         return token_ids[:, :width].astype("int32"), mask[:, :width].astype("int32"), is_text, is_single
-
-    def _token_id(self, name, default):
-        """A special id of the tokenizer (`pad_token_id`, `end_token_id`),
-        or `default` without a preprocessor."""
-        if self.preprocessor is None:
-            return default
-        return getattr(self.preprocessor.tokenizer, name)
 
     def _special_ids(self, decoder_start_token_id, suppressed_token_ids):
         """`(decoder start id, suppressed ids)` from the arguments of `generate`."""
@@ -174,100 +167,49 @@ class TransformerSeq2SeqLM(GenerativeTask):
         check_id_range("suppressed_token_ids", list(suppressed), self.backbone.decoder_vocabulary_size)
         return int(decoder_start_token_id), suppressed
 
-    def generate(
+    def _prepare_generation(
         self,
         inputs,
-        max_length=None,
-        num_beams=1,
-        length_penalty=1.0,
-        early_stopping=False,
-        sampler="greedy",
-        seed=None,
-        stop_token_ids="auto",
+        max_length,
+        max_new_tokens,
+        stop_ids,
+        *,
         decoder_start_token_id="auto",
         suppressed_token_ids="auto",
         force_end_token=True,
-        **sampler_options,
     ):
-        """Target sequences for sources, decoded token by token in one
-        compiled loop.
-
-        The encoder runs once; each decoder layer keeps a key/value cache
-        of its self-attention that grows by one position a step, and the
-        keys and values of its cross-attention, computed once from the
-        encoder's output.
-
-        Args:
-            inputs: a string or a list of strings (with a preprocessor), or
-                a dict of `encoder_token_ids` and `encoder_padding_mask`.
-            max_length: the longest target, counting the decoder start
-                token (as `transformers` counts); by default room for what
-                training covers, the preprocessor's `decoder_sequence_length`
-                plus one (at most the backbone's `max_sequence_length`).
-            num_beams: above 1, beam search with this many beams (the
-                paper's setting: 4, `length_penalty=0.6`).
-            length_penalty: beam scores are `log p(y|x) / |y|^length_penalty`
-                with `|y|` the generated tokens.
-            early_stopping: beam search's stopping rule (`True`, `False` or
-                `"never"`, as in `transformers`).
-            sampler: with one beam, `"greedy"`, `"temperature"`, `"top_k"`,
-                `"top_p"` or a `generation.Sampler`.
-            seed: an int makes the random samplers reproducible.
-            stop_token_ids: a row stops after emitting one of these; `"auto"`
-                is `</s>`, `None` never stops early.
-            decoder_start_token_id: the decoder's first input; `"auto"` is
-                the preprocessor's (Marian: `<pad>`).
-            suppressed_token_ids: ids never generated; `"auto"` is the pad
-                id (the decoder start, for Marian). Their scores are set to
-                −∞ after the log-softmax in beam search, before it
-                otherwise, as `transformers`' `bad_words_ids` does.
-            force_end_token: a row that reaches `max_length` ends with the
-                first stop token (`transformers`' `forced_eos_token_id`,
-                which Marian configs set).
-            **sampler_options: the sampler's options (`temperature`, `k`, `p`).
-
-        Returns:
-            Strings for text input (a string for a single string);
-            otherwise a dict of numpy `token_ids` and `padding_mask`
-            `(batch, length)`, the decoder start token first.
-
-        Example:
-
-        >>> mt.generate("The cat sat on the mat.", num_beams=4, length_penalty=0.6)  # doctest: +SKIP
-        """
+        """One decoder start token per source, each row ending at
+        `max_length`; the sources are the request's `conditioning`, and the
+        suppressed and forced ids its `rules` (see the class docstring for
+        the options)."""
         encoder_token_ids, encoder_padding_mask, is_text, is_single = self._sources(inputs)
         start_id, suppressed = self._special_ids(decoder_start_token_id, suppressed_token_ids)
-        stop_ids = self._stop_token_ids(stop_token_ids)
-        max_length = self._max_length(max_length)
-        pad_id = self._token_id("pad_token_id", stop_ids[0] if stop_ids else 0)
+        if not isinstance(force_end_token, bool):
+            raise TypeError(f"force_end_token must be True or False; got {force_end_token!r}.")
+        max_length = self._max_length(max_length, max_new_tokens)
+        pad_id = stop_ids[0] if stop_ids else 0
+        if self.preprocessor is not None:
+            pad_id = self.preprocessor.tokenizer.pad_token_id
         batch = encoder_token_ids.shape[0]
-        buffer_length = round_up(max_length, BUFFER_MULTIPLE, self.backbone.max_sequence_length)
-        token_ids, prompt_mask = right_padded([[start_id]] * batch, buffer_length, pad_id)
-        end_positions = np.full((batch,), max_length, dtype="int32")
         forced_id = stop_ids[0] if (force_end_token and stop_ids) else -1
-        rules = (suppressed, forced_id)
-        if num_beams > 1 or sampler == "beam":
-            check_beam_sampler_options(sampler_options)
-            token_ids, valid = self._beam_generate(
-                encoder_token_ids, encoder_padding_mask, token_ids, max_length, stop_ids, rules,
-                num_beams, length_penalty, early_stopping,
-            )
-        else:
-            sampler = get_sampler(sampler, **sampler_options)
-            token_ids, valid = self._sample_generate(
-                encoder_token_ids, encoder_padding_mask, token_ids, prompt_mask, end_positions, stop_ids, rules,
-                pad_id, sampler, seed,
-            )
-        length = int(valid.any(axis=0).nonzero()[0].max()) + 1
-        token_ids, valid = token_ids[:, :length], valid[:, :length]
-        if not is_text:
-            return {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
-        tokenizer = self.preprocessor.tokenizer
-        texts = [tokenizer.decode(ids[mask][1:]) for ids, mask in zip(token_ids, valid)]
-        return texts[0] if is_single else texts
+        return self._request(
+            [[start_id]] * batch, np.full((batch,), max_length), stop_ids, pad_id, is_text=is_text,
+            is_single=is_single, conditioning=(encoder_token_ids, encoder_padding_mask), rules=(suppressed, forced_id),
+        )
 
-    def _max_length(self, max_length):
+    def _max_length(self, max_length, max_new_tokens):
+        """The longest target, counting the decoder start token: `max_length`,
+        `max_new_tokens + 1`, or by default room for what training covers."""
         limit = self.backbone.max_sequence_length
+        if max_new_tokens is not None:
+            if max_new_tokens < 1:
+                raise ValueError(f"max_new_tokens must be at least 1 for a target token; got {max_new_tokens}.")
+            if max_new_tokens + 1 > limit:
+                raise ValueError(
+                    f"max_new_tokens {max_new_tokens} (after the decoder start token) exceeds the model's "
+                    f"max_sequence_length {limit}: the decoder has no positions beyond it."
+                )
+            return int(max_new_tokens) + 1
         if max_length is None:
             max_length = limit
             if self.preprocessor is not None:
@@ -283,17 +225,27 @@ class TransformerSeq2SeqLM(GenerativeTask):
             )
         return int(max_length)
 
-    def _decoding_state(self, encoder_token_ids, encoder_padding_mask, rows_per_source, buffer_length):
-        """`(cross-attention keys and values per layer, empty self-attention
-        caches)` for `rows_per_source` decoder rows per source (beams)."""
+    def _decoding_inputs(self, request, rows, buffer_length, prompt_length):
+        """The sources of `rows`."""
+        encoder_token_ids, encoder_padding_mask = request.conditioning
+        return encoder_token_ids[rows], encoder_padding_mask[rows]
+
+    def _start_decoding(self, inputs, token_ids, start_index, num_beams):
+        """Runs the encoder once: each decoder layer's cross-attention keys
+        and values (repeated for `num_beams` rows per source) and empty
+        self-attention caches, with the output matrix laid out once."""
+        encoder_token_ids, encoder_padding_mask = inputs
         backbone = self.backbone
         encoder_output = backbone.encode(encoder_token_ids, encoder_padding_mask)
         key_values = tuple(block.cross_attention.project_key_value(encoder_output) for block in backbone.decoder_layers)
-        if rows_per_source > 1:
-            key_values = keras.tree.map_structure(lambda t: ops.repeat(t, rows_per_source, axis=0), key_values)
-        batch = ops.shape(encoder_token_ids)[0] * rows_per_source
-        cache = tuple(block.self_attention.initial_cache(batch, buffer_length) for block in backbone.decoder_layers)
-        return key_values, cache
+        if num_beams > 1:
+            key_values = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), key_values)
+            encoder_padding_mask = ops.repeat(encoder_padding_mask, num_beams, axis=0)
+        batch = ops.shape(encoder_token_ids)[0] * num_beams
+        cache = tuple(
+            block.self_attention.initial_cache(batch, token_ids.shape[1]) for block in backbone.decoder_layers
+        )
+        return cache, (key_values, encoder_padding_mask, self.lm_head.output_kernel(self.compute_dtype))
 
     def _next_token_logits(self, token_column, cache, index, key_values, encoder_padding_mask, output_kernel):
         """The decoding step: logits `(batch, vocabulary)` after the tokens
@@ -303,6 +255,10 @@ class TransformerSeq2SeqLM(GenerativeTask):
             encoder_key_values=key_values,
         )
         return self.lm_head(x[:, 0, :], output_kernel=output_kernel), cache
+
+    def _score_processor(self, rules):
+        """`_apply_rules` with the request's suppressed and forced ids."""
+        return lambda scores, index, end_positions: self._apply_rules(scores, index, end_positions, rules)
 
     @staticmethod
     def _apply_rules(scores, index, end_positions, rules):
@@ -320,80 +276,3 @@ class TransformerSeq2SeqLM(GenerativeTask):
             forced = ops.where(vocabulary == forced_id, 0.0, _NEG)[None, :]
             scores = ops.where(last, ops.cast(forced, scores.dtype), scores)
         return scores
-
-    def _sample_generate(self, encoder_token_ids, encoder_padding_mask, token_ids, prompt_mask, end_positions,
-                         stop_ids, rules, pad_id, sampler, seed):
-        batch, buffer_length = token_ids.shape
-        uniforms = sampler_uniforms(sampler, batch, buffer_length, int(end_positions.max()), seed)
-
-        def build():
-            step = compile_step(self._next_token_logits, self.variables)
-
-            def run(encoder_token_ids, encoder_padding_mask, token_ids, prompt_mask, end_positions, stop_ids, uniforms):
-                key_values, cache = self._decoding_state(encoder_token_ids, encoder_padding_mask, 1, buffer_length)
-
-                def constrained_step(token_column, cache, index, *constants):
-                    logits, cache = step(token_column, cache, index, *constants)
-                    return self._apply_rules(ops.cast(logits, "float32"), index, end_positions, rules), cache
-
-                return decode_in_place(
-                    constrained_step, token_ids, prompt_mask, end_positions, stop_ids, uniforms, cache, 1,
-                    sampler, pad_id,
-                    constants=(key_values, encoder_padding_mask, self.lm_head.output_kernel(self.compute_dtype)),
-                )
-
-            return run
-
-        key = ("sample", type(sampler).__name__, tuple(sampler.config().items()), pad_id, rules)
-        token_ids, valid = self._compiled(key, build)(
-            ops.convert_to_tensor(encoder_token_ids),
-            ops.convert_to_tensor(encoder_padding_mask),
-            ops.convert_to_tensor(token_ids),
-            ops.convert_to_tensor(prompt_mask),
-            ops.convert_to_tensor(end_positions),
-            ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32")),
-            ops.convert_to_tensor(uniforms),
-        )
-        return np.asarray(ops.convert_to_numpy(token_ids)), np.asarray(ops.convert_to_numpy(valid))
-
-    def _beam_generate(self, encoder_token_ids, encoder_padding_mask, token_ids, max_length, stop_ids, rules,
-                       num_beams, length_penalty, early_stopping):
-        num_beams, length_penalty, early_stopping = check_beam_options(num_beams, length_penalty, early_stopping)
-        buffer_length = token_ids.shape[1]
-
-        def build():
-            step = compile_step(self._next_token_logits, self.variables)
-
-            def run(encoder_token_ids, encoder_padding_mask, token_ids, max_length, stop_ids):
-                key_values, cache = self._decoding_state(
-                    encoder_token_ids, encoder_padding_mask, num_beams, buffer_length
-                )
-                rows = ops.shape(token_ids)[0] * num_beams
-                end_positions = ops.broadcast_to(max_length, (rows,))
-
-                def process(log_probs, index):
-                    return self._apply_rules(log_probs, index, end_positions, rules)
-
-                return beam_search(
-                    step, token_ids, cache, 1, max_length, stop_ids, num_beams, length_penalty, early_stopping,
-                    constants=(
-                        key_values,
-                        ops.repeat(encoder_padding_mask, num_beams, axis=0),
-                        self.lm_head.output_kernel(self.compute_dtype),
-                    ),
-                    process_log_probs=process,
-                )
-
-            return run
-
-        run = self._compiled(("beam", num_beams, length_penalty, early_stopping, rules), build)
-        best, best_lengths = run(
-            ops.convert_to_tensor(encoder_token_ids),
-            ops.convert_to_tensor(encoder_padding_mask),
-            ops.convert_to_tensor(token_ids),
-            ops.convert_to_tensor(np.int32(max_length)),
-            ops.convert_to_tensor(np.array(stop_ids or [-1], dtype="int32")),
-        )
-        best_lengths = np.asarray(ops.convert_to_numpy(best_lengths))
-        valid = np.arange(buffer_length)[None, :] < best_lengths[:, None]
-        return np.asarray(ops.convert_to_numpy(best)), valid

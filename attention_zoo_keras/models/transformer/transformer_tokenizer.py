@@ -31,6 +31,7 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import WHITESPACE
 from attention_zoo_keras.tokenizers.sentencepiece_model import read_sentencepiece_model
 from attention_zoo_keras.tokenizers.sentencepiece_model import unigram_tokenizer
 from attention_zoo_keras.tokenizers.tokenizer import Tokenizer
+from attention_zoo_keras.tokenizers.tokenizer import checked_texts
 from attention_zoo_keras.tokenizers.tokenizer import read_tokenizer_json
 from attention_zoo_keras.tokenizers.tokenizer import required_file
 from attention_zoo_keras.hub.atomic import write_atomically
@@ -289,11 +290,11 @@ class TransformerTokenizer(Tokenizer):
 
     def encode(self, texts):
         """Ids of each source text, without `</s>`: a list of lists."""
-        return self._encode(list(texts), self.backend)
+        return self._encode(checked_texts(texts, "source text"), self.backend)
 
     def encode_target(self, texts):
         """Ids of each target text, without `</s>`: a list of lists."""
-        return self._encode(list(texts), self.target_backend)
+        return self._encode(checked_texts(texts, "target text"), self.target_backend)
 
     def decode(self, ids, skip_special_tokens=True):
         """Target text of a list of ids, as `MarianTokenizer.decode` writes it.

@@ -106,8 +106,14 @@ class SharedRelativeBiases(keras.layers.Layer):
         return ops.convert_to_tensor(self.content_bias), ops.convert_to_tensor(self.position_bias)
 
     def compute_output_spec(self, x):
-        spec = keras.KerasTensor((self.num_heads, self.head_dim), dtype=self.variable_dtype)
-        return spec, spec
+        # One KerasTensor per output: a functional graph identifies a tensor
+        # by the object, so returning one spec twice would wire both u and v
+        # to the second output.
+        shape = (self.num_heads, self.head_dim)
+        return (
+            keras.KerasTensor(shape, dtype=self.variable_dtype),
+            keras.KerasTensor(shape, dtype=self.variable_dtype),
+        )
 
     def get_config(self):
         config = super().get_config()

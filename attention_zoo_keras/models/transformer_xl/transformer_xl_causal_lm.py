@@ -130,7 +130,10 @@ class TransformerXLCausalLM(CausalLM):
     `evaluate` and `predict` on raw text or a 1-D token stream cut it into
     ordered segments (see `TransformerXLCausalLMPreprocessor`), so the
     default `batch_size` there (8) is the number of parallel streams.
-    `score` runs one segment with an explicit memory instead.
+    `score` runs one segment with an explicit memory instead. `generate`
+    takes the arguments of every generative task (see
+    `GenerativeTask.generate`); it needs `max_length` or `max_new_tokens`
+    without a preprocessor (the model has no length limit).
 
     Example:
 

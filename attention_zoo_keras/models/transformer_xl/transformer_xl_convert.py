@@ -57,6 +57,9 @@ class TransformerXLConverter(TransformersConverter):
     model_type = "transfo-xl"
     backbone_cls = TransformerXLBackbone
     preprocessor_cls = TransformerXLCausalLMPreprocessor
+    # The sinusoid's inverse frequencies, a buffer that is computed.
+    ignored_source_keys = (r"(transformer\.)?pos_emb\.inv_freq",)
+    head_keys = (r"lm_head/.*",)
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)

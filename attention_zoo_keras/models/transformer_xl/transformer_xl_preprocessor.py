@@ -97,6 +97,7 @@ class TransformerXLCausalLMPreprocessor(TextPreprocessor):
 
     tokenizer_cls = TransformerXLTokenizer
     family = "transformer_xl"
+    default_padding = "max_length"  # every segment is sequence_length wide: the memory carries over
 
     def __init__(self, tokenizer, sequence_length=128, add_end_token=True):
         super().__init__(tokenizer)

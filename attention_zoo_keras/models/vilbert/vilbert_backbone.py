@@ -23,7 +23,6 @@ the region features, and is the region the visual pooler reads.
 """
 
 import keras
-import numpy as np
 from keras import ops
 
 from attention_zoo_keras.layers.co_attention import CoAttentionBlock
@@ -32,16 +31,12 @@ from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.input_validation import check_id_range
-from attention_zoo_keras.models.input_validation import check_sequence_length
+from attention_zoo_keras.models.input_validation import check_mask
+from attention_zoo_keras.models.input_validation import check_token_inputs
+from attention_zoo_keras.models.input_validation import concrete_shape
 from attention_zoo_keras.registration import register
 
 BOX_DIM = 5
-
-
-def concrete_shape(value):
-    """The concrete shape of an array, tensor or nested list."""
-    shape = getattr(value, "shape", None)
-    return tuple(shape) if shape is not None else tuple(np.shape(value))
 
 
 def check_co_attention_schedule(co_attention_text_layers, co_attention_visual_layers, num_layers, visual_num_layers):
@@ -340,11 +335,9 @@ class ViLBERTBackbone(Backbone):
         self.num_task_tokens = num_task_tokens
 
     def validate_inputs(self, inputs):
-        token_ids = inputs["token_ids"]
-        check_sequence_length("token_ids", token_ids, self.max_sequence_length)
-        check_id_range("token_ids", token_ids, self.vocabulary_size)
-        if "segment_ids" in inputs:
-            check_id_range("segment_ids", inputs["segment_ids"], self.num_segments)
+        check_token_inputs(inputs, self.vocabulary_size, self.max_sequence_length, num_segments=self.num_segments)
+        if inputs.get("region_mask") is not None:
+            check_mask("region_mask", inputs["region_mask"])
         if self.num_task_tokens and "task_ids" in inputs:
             check_id_range("task_ids", inputs["task_ids"], self.num_task_tokens)
         shapes = {name: concrete_shape(value) for name, value in inputs.items()}

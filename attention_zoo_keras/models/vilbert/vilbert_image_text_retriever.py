@@ -19,9 +19,10 @@ from keras import ops
 
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.models.input_validation import check_class_labels
+from attention_zoo_keras.models.input_validation import concrete_shape
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
-from attention_zoo_keras.models.vilbert.vilbert_backbone import concrete_shape
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
 from attention_zoo_keras.models.vilbert.vilbert_preprocessor import ViLBERTRetrievalPreprocessor
 from attention_zoo_keras.registration import register
@@ -141,6 +142,11 @@ class ViLBERTImageTextRetriever(Task):
             name: np.reshape(ops.convert_to_numpy(value), (-1, *shapes[name][2:])) for name, value in inputs.items()
         }
         self.backbone.validate_inputs(pairs)
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are the index of each query's matching candidate."""
+        if inputs is not None:
+            check_class_labels(labels, inputs["token_ids"].shape[1], kind="candidates")
 
     def default_compile_arguments(self):
         return {

@@ -4,7 +4,6 @@ segment ids, padding mask), the regions as `region_inputs` builds them
 (normalised boxes, the global image region first, padding and mask up to
 `max_regions`)."""
 
-import keras
 import numpy as np
 
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
@@ -29,12 +28,16 @@ class ViLBERTPreprocessor(Preprocessor):
 
     Args:
         tokenizer: a `BertTokenizer` (the authors use bert-base-uncased's).
-        sequence_length: every text is padded or truncated to this length.
+        sequence_length: the most tokens a text holds (longer texts are
+            truncated).
         max_regions: region slots per image, the global region included
             (the authors' `max_region_num`, 101: 100 boxes and the image).
         task_id: for a backbone with task tokens (the authors' multi-task
             model), the task every example is for (their `task_id`: 1 VQA,
             8 Flickr30k retrieval, 11 RefCOCO, 15 GQA, ...); adds `task_ids`.
+        padding, bucket_lengths: how wide a batch of texts is padded, as in
+            `BertPreprocessor` (by default to the smallest power of two from
+            16 that holds the longest text, at most `sequence_length`).
 
     Call args:
         x: a dict with `"text"` (a string or a list of strings),
@@ -63,19 +66,29 @@ class ViLBERTPreprocessor(Preprocessor):
     tokenizer_cls = BertTokenizer
     family = "vilbert"
 
-    def __init__(self, tokenizer, sequence_length=36, max_regions=101, task_id=None):
+    def __init__(
+        self, tokenizer, sequence_length=36, max_regions=101, task_id=None, padding=None, bucket_lengths=None
+    ):
         super().__init__(tokenizer)
         self.sequence_length = sequence_length
         self.max_regions = max_regions
         self.task_id = task_id
-        self.text = self._text_preprocessor(tokenizer)
+        self.text = self._text_preprocessor(tokenizer, padding, bucket_lengths)
 
-    def _text_preprocessor(self, tokenizer):
+    def _text_preprocessor(self, tokenizer, padding, bucket_lengths):
         """The preprocessor that packs the texts."""
-        return BertPreprocessor(tokenizer, sequence_length=self.sequence_length)
+        return BertPreprocessor(
+            tokenizer, sequence_length=self.sequence_length, padding=padding, bucket_lengths=bucket_lengths
+        )
 
     def get_config(self):
-        return {"sequence_length": self.sequence_length, "max_regions": self.max_regions, "task_id": self.task_id}
+        return {
+            "sequence_length": self.sequence_length,
+            "max_regions": self.max_regions,
+            "task_id": self.task_id,
+            "padding": self.text.padding,
+            "bucket_lengths": self.text.bucket_lengths,
+        }
 
     def is_raw(self, x):
         return isinstance(x, dict) and "text" in x and "token_ids" not in x
@@ -88,7 +101,7 @@ class ViLBERTPreprocessor(Preprocessor):
                 f"missing {', '.join(repr(k) for k in missing)}."
             )
 
-    def num_examples(self, x):
+    def count_examples(self, x):
         self._check_keys(x)
         return len(as_text_list(x["text"]))
 
@@ -114,10 +127,7 @@ class ViLBERTPreprocessor(Preprocessor):
         return features
 
     def __call__(self, x, y=None, sample_weight=None):
-        features = self.pack(x)
-        if y is None and sample_weight is None:
-            return features
-        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+        return self.with_labels(self.pack(x), y, sample_weight)
 
 
 def _is_one_image_array(value):
@@ -167,7 +177,7 @@ class ViLBERTRetrievalPreprocessor(ViLBERTPreprocessor):
     ((1, 3, 6), (1, 3, 3, 4))
     """
 
-    def num_examples(self, x):
+    def count_examples(self, x):
         self._check_keys(x)
         return 1 if isinstance(x["text"], str) else len(x["text"])
 

@@ -31,7 +31,9 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
+from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.input_validation import check_id_range
+from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
@@ -172,6 +174,19 @@ class ViLBERTPretrainer(Task):
         super().validate_inputs(inputs)
         if "mask_positions" in inputs:
             check_id_range("mask_positions", inputs["mask_positions"], np.shape(inputs["token_ids"])[-1])
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are a dict: the masked words' ids (`token_logits`), the
+        detector's class distributions (`region_logits`) and whether each
+        pair is aligned (`alignment_logits`, 0 aligned or 1 not)."""
+        if not isinstance(labels, dict):
+            return
+        if "token_logits" in labels:
+            check_id_range("labels['token_logits']", labels["token_logits"], self.backbone.vocabulary_size)
+        if "region_logits" in labels:
+            check_soft_targets(labels["region_logits"], self.num_region_classes)
+        if "alignment_logits" in labels:
+            check_class_labels(labels["alignment_logits"], 2)
 
     def default_compile_arguments(self):
         return {

@@ -47,6 +47,8 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
         region_zero_rate: of those, the share whose features are zeroed.
         mismatch_rate: share of captions swapped for another example's.
         seed: seed of all the randomness.
+        padding, bucket_lengths: how wide a batch of captions is padded
+            (see `ViLBERTPreprocessor`).
 
     Call args:
         x: as for `ViLBERTPreprocessor`, plus `"region_classes"`: per image,
@@ -88,13 +90,18 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
         region_zero_rate=0.9,
         mismatch_rate=0.5,
         seed=None,
+        padding=None,
+        bucket_lengths=None,
     ):
         self.mask_selection_rate = mask_selection_rate
         self.mask_selection_length = mask_selection_length
         self.mask_token_rate = mask_token_rate
         self.random_token_rate = random_token_rate
         self.seed = seed
-        super().__init__(tokenizer, sequence_length=sequence_length, max_regions=max_regions)
+        super().__init__(
+            tokenizer, sequence_length=sequence_length, max_regions=max_regions, padding=padding,
+            bucket_lengths=bucket_lengths,
+        )
         for name, rate in (
             ("region_mask_rate", region_mask_rate),
             ("region_zero_rate", region_zero_rate),
@@ -108,10 +115,12 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
         # Offset from the text masking's generator (seeded with `seed`).
         self._rng = np.random.default_rng(None if seed is None else [seed, 1])
 
-    def _text_preprocessor(self, tokenizer):
+    def _text_preprocessor(self, tokenizer, padding, bucket_lengths):
         return BertMaskedLMPreprocessor(
             tokenizer,
             sequence_length=self.sequence_length,
+            padding=padding,
+            bucket_lengths=bucket_lengths,
             mask_selection_rate=self.mask_selection_rate,
             mask_selection_length=self.mask_selection_length,
             mask_token_rate=self.mask_token_rate,
@@ -121,6 +130,7 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
 
     def get_config(self):
         config = super().get_config()
+        del config["task_id"]  # pretraining takes no task token
         config.update(
             {
                 "mask_selection_rate": self.mask_selection_rate,
@@ -135,9 +145,9 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
         )
         return config
 
-    def num_examples(self, x):
+    def count_examples(self, x):
         self._check_keys(x, PRETRAINING_KEYS)
-        return super().num_examples(x)
+        return super().count_examples(x)
 
     def _swap_captions(self, texts):
         """Captions with a `mismatch_rate` share swapped for another example's,

@@ -33,6 +33,8 @@ import numbers
 import keras
 import numpy as np
 
+from attention_zoo_keras.models.preprocessor import first_non_finite
+
 BOX_COORDINATES = 4
 GLOBAL_BOX = (0.0, 0.0, 1.0, 1.0, 1.0)
 
@@ -181,14 +183,16 @@ def region_inputs(features, boxes, image_size, max_regions=101):
                 f"slots, so at most {max_regions - 1} boxes fit. Keep the detector's top {max_regions - 1} "
                 f"boxes, or raise max_regions to {count + 1}."
             )
-        if not np.all(np.isfinite(image_features)):
-            bad = int(np.argwhere(~np.isfinite(image_features))[0][0])
+        bad = first_non_finite(image_features)
+        if bad is not None:
             raise ValueError(
-                f"features of image {index} are not all finite (NaN or inf); the first is in region {bad}."
+                f"features of image {index} are not all finite (NaN or inf); the first is in region {bad[0]}."
             )
-        if not np.all(np.isfinite(image_boxes)):
-            bad = int(np.argwhere(~np.isfinite(image_boxes))[0][0])
-            raise ValueError(f"boxes of image {index} are not all finite; box {bad} is {image_boxes[bad].tolist()}.")
+        bad = first_non_finite(image_boxes)
+        if bad is not None:
+            raise ValueError(
+                f"boxes of image {index} are not all finite; box {bad[0]} is {image_boxes[bad[0]].tolist()}."
+            )
         height, width = sizes[index]
         x1, y1, x2, y2 = image_boxes.T
         inside = (0 <= x1) & (x1 <= x2) & (x2 <= width) & (0 <= y1) & (y1 <= y2) & (y2 <= height)

@@ -20,6 +20,7 @@ from keras import ops
 
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
@@ -111,6 +112,10 @@ class ViLBERTRegionScorer(Task):
         logits = MaskPaddedRegions(dtype=dtype, name="region_logits")(scores, inputs["region_mask"])
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.dropout = dropout
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are soft scores in [0, 1], one per region slot of the batch."""
+        check_soft_targets(labels, None if inputs is None else inputs["region_mask"].shape[-1])
 
     def default_compile_arguments(self):
         return {

@@ -25,6 +25,7 @@ from keras import ops
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
@@ -131,6 +132,10 @@ class ViLBERTVisualQuestionAnswerer(Task):
         self.fusion = fusion
         self.dropout = dropout
         self.hidden_dim = hidden_dim
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are soft answer scores in [0, 1], `num_answers` per question."""
+        check_soft_targets(labels, self.num_answers)
 
     def default_compile_arguments(self):
         return {

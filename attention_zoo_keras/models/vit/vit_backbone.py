@@ -10,26 +10,17 @@ The pooler is `transformers`' `ViTPooler`; the paper classifies from
 LN(z_L)_0 directly, as `ViTForImageClassification` does.
 """
 
-import collections
-import logging
-
 import keras
 import numpy as np
 from keras import ops
 
-from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.preset_format import is_native
-from attention_zoo_keras.hub.weights import Checkpoint
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
 from attention_zoo_keras.layers.patch_embedding import as_pair
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.vit.vit_position_embedding import ViTPositionEmbedding
-from attention_zoo_keras.models.vit.vit_position_embedding import resize_patch_positions
 from attention_zoo_keras.registration import register
-
-logger = logging.getLogger(__name__)
 
 
 @register
@@ -111,8 +102,8 @@ class ViTBackbone(Backbone):
     `ViTBackbone.from_preset(preset, image_size=384)` builds the model for
     another resolution and resizes the checkpoint's patch position grid
     bicubically (the class position kept), as `transformers`'
-    `interpolate_pos_encoding=True` does; `get_config()` then reports the new
-    size and a saved preset reloads at it.
+    `interpolate_pos_encoding=True` does (`ViTConverter.adapt_arrays`);
+    `get_config()` then reports the new size and a saved preset reloads at it.
 
     Example:
 
@@ -247,38 +238,6 @@ class ViTBackbone(Backbone):
                 f"ViTBackbone.from_preset(preset, image_size={shape[1:3]}) interpolates the "
                 "position embeddings."
             )
-
-    @classmethod
-    def _build_from_source(cls, source, **kwargs):
-        """`Backbone._build_from_source`; a `transformers` checkpoint gets a
-        pooler exactly when its weights hold one (`ViTModel` saves one unless
-        built with `add_pooling_layer=False`; `ViTForImageClassification`
-        has none)."""
-        config = source.config()
-        if "use_pooler" not in kwargs and not is_native(config):
-            converter = converter_for(config, source.description)
-            if issubclass(converter.backbone_cls, ViTBackbone):
-                kwargs["use_pooler"] = converter.has_pooler(config, Checkpoint(source))
-        return super()._build_from_source(source, **kwargs)
-
-    def assign_arrays(self, arrays, source_description, optional_keys=()):
-        """`Backbone.assign_arrays`; a checkpoint's patch position grid of
-        another size (a model built with another `image_size`) is resized to
-        this model's grid by `resize_patch_positions`."""
-        key = self.position_embedding.patch_positions.path
-        if key in arrays:
-            positions = arrays[key]
-            shape = tuple(positions.shape)
-            if len(shape) == 3 and shape[2] == self.hidden_dim and shape[:2] != self.grid_size:
-                logger.info(
-                    "Resizing the patch position embeddings of '%s' from a %s grid to %s.",
-                    source_description,
-                    shape[:2],
-                    self.grid_size,
-                )
-                resized = resize_patch_positions(positions, self.grid_size)
-                arrays = collections.ChainMap({key: resized}, arrays)
-        super().assign_arrays(arrays, source_description, optional_keys)
 
     def get_config(self):
         config = super().get_config()

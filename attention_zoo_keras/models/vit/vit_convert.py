@@ -10,6 +10,7 @@ tensor each; the positions are split into the class position and the
 `(grid_h, grid_w, D)` patch grid (row-major, as the patches are flattened).
 """
 
+import collections
 import inspect
 import logging
 
@@ -23,6 +24,7 @@ from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.patch_embedding import as_pair
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
 from attention_zoo_keras.models.vit.vit_image_converter import ViTImageConverter
+from attention_zoo_keras.models.vit.vit_position_embedding import resize_patch_positions
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,15 @@ class ViTConverter(TransformersConverter):
     model_type = "vit"
     backbone_cls = ViTBackbone
     preprocessor_cls = ViTImageConverter
+    # What `ViTForMaskedImageModeling` adds for pre-training, which this
+    # library does not compute: its decoder and the mask token.
+    ignored_source_keys = (r"decoder\..*", r"(vit\.)?embeddings\.mask_token", r".*position_ids")
+    head_keys = (r"pooler/.*", r"classifier/.*")
+    checkpoint_sizes = {
+        "hidden_dim": ("class_token/embedding", 0),
+        "num_channels": ("patch_embedding/projection/kernel", 2),
+        "intermediate_dim": ("transformer_layer_0/feed_forward/intermediate/kernel", 1),
+    }
 
     def backbone_config(self, hf_config):
         _check_supported(hf_config)
@@ -120,6 +131,30 @@ class ViTConverter(TransformersConverter):
             "activation": hf_config.get("hidden_act", "gelu"),
             "initializer_range": hf_config.get("initializer_range", 0.02),
         }
+
+    def checkpoint_arguments(self, hf_config, checkpoint, arguments):
+        """`use_pooler` exactly when the checkpoint holds a pooler (`ViTModel`
+        saves one unless built with `add_pooling_layer=False`;
+        `ViTForImageClassification` has none), unless chosen already."""
+        if "use_pooler" in arguments:
+            return {}
+        return {"use_pooler": self.has_pooler(hf_config, checkpoint)}
+
+    def adapt_arrays(self, backbone, arrays, source_description):
+        """A checkpoint's patch position grid of another size (a model built
+        with another `image_size`) resized to `backbone`'s grid by
+        `resize_patch_positions` (bicubic, as `interpolate_pos_encoding`)."""
+        key = backbone.position_embedding.patch_positions.path
+        if key not in arrays:
+            return arrays
+        shape = tuple(arrays.shape(key)) if hasattr(arrays, "shape") else tuple(arrays[key].shape)
+        if len(shape) != 3 or shape[2] != backbone.hidden_dim or shape[:2] == backbone.grid_size:
+            return arrays
+        logger.info(
+            "Resizing the patch position embeddings of '%s' from a %s grid to %s.",
+            source_description, shape[:2], backbone.grid_size,
+        )
+        return collections.ChainMap({key: resize_patch_positions(arrays[key], backbone.grid_size)}, arrays)
 
     def has_pooler(self, hf_config, checkpoint):
         """Whether the checkpoint holds `ViTPooler` weights (of the one

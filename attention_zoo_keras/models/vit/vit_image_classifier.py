@@ -9,6 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
 from attention_zoo_keras.models.vit.vit_image_converter import ViTImageConverter
@@ -81,6 +82,10 @@ class ViTImageClassifier(Task):
         self.pooling = pooling
         self.dropout = dropout
         self.class_names = class_names
+
+    def validate_labels(self, labels, inputs=None):
+        """Labels are class indices in `[0, num_classes)`, or one-hot rows `num_classes` wide."""
+        check_class_labels(labels, self.num_classes)
 
     def default_compile_arguments(self):
         return {

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from attention_zoo_keras.models.preprocessor import Preprocessor
+from attention_zoo_keras.models.preprocessor import first_non_finite
 from attention_zoo_keras.registration import register
 
 _RESAMPLING = {name: getattr(Image.Resampling, name.upper()) for name in (
@@ -106,7 +107,7 @@ class ViTImageConverter(Preprocessor):
             return True
         if isinstance(x, np.ndarray):
             return x.ndim == 4 and x.dtype.kind in "uif"
-        return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_image(image) for image in x)
+        return isinstance(x, (list, tuple)) and all(_is_image(image) for image in x)
 
     def images(self, x):
         """The input as a list of single images."""
@@ -120,16 +121,25 @@ class ViTImageConverter(Preprocessor):
             return [x]
         return list(x)
 
-    def num_examples(self, x):
+    def count_examples(self, x):
         return len(self.images(x))
 
     # --- conversion -------------------------------------------------------
 
     def _channels(self, image, index):
-        """`image` as a float32 or uint8 `(height, width, num_channels)` array."""
+        """`image` as a float32 or uint8 `(height, width, num_channels)`
+        array; raises for an image without pixels or with NaN / inf values."""
         if isinstance(image, Image.Image):
             image = np.asarray(image.convert("RGB" if self.num_channels == 3 else "L"))
         image = np.asarray(image)
+        if image.size == 0:
+            raise ValueError(f"Image {index} has shape {image.shape}: it holds no pixels.")
+        bad = first_non_finite(image) if image.dtype.kind == "f" else None
+        if bad is not None:
+            raise ValueError(
+                f"Image {index} holds {image[bad]} at (row, column{', channel' if len(bad) == 3 else ''}) = "
+                f"{bad}; pixel values must be finite."
+            )
         if image.ndim == 2:
             image = image[:, :, None]
         channels = image.shape[-1]
@@ -168,6 +178,7 @@ class ViTImageConverter(Preprocessor):
 
     def convert(self, x):
         """Float32 `(batch, height, width, channels)` model inputs."""
+        self.num_examples(x)  # raises for None or no image
         images = np.stack(
             [self._resize(self._channels(image, index), index) for index, image in enumerate(self.images(x))]
         )
@@ -178,12 +189,7 @@ class ViTImageConverter(Preprocessor):
         return images
 
     def __call__(self, x, y=None, sample_weight=None):
-        features = {"images": self.convert(x).astype("float32")}
-        if y is None:
-            return features
-        if sample_weight is None:
-            return features, y
-        return features, y, sample_weight
+        return self.with_labels({"images": self.convert(x).astype("float32")}, y, sample_weight)
 
     def get_config(self):
         return {

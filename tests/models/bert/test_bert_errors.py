@@ -484,7 +484,7 @@ def _fail_after(real, exception):
     return failing
 
 
-@pytest.mark.parametrize("step", ["save_weights", "write_preprocessor_files", "model_card"])
+@pytest.mark.parametrize("step", ["save_arrays", "write_preprocessor_files", "model_card"])
 @pytest.mark.parametrize("exception", [OSError("disk full"), KeyboardInterrupt()])
 def test_interrupted_save_keeps_the_previous_preset(tmp_path, monkeypatch, step, exception):
     directory = tmp_path / "presets" / "classifier"
@@ -508,7 +508,7 @@ def test_interrupted_save_keeps_the_previous_preset(tmp_path, monkeypatch, step,
 
 def test_interrupted_first_save_leaves_nothing(tmp_path, monkeypatch):
     directory = tmp_path / "presets" / "backbone"
-    monkeypatch.setattr(preset_format, "save_weights", _fail_after(preset_format.save_weights, OSError("disk full")))
+    monkeypatch.setattr(preset_format, "save_arrays", _fail_after(preset_format.save_arrays, OSError("disk full")))
 
     with pytest.raises(OSError, match="disk full"):
         _backbone().save_to_preset(directory)

@@ -7,7 +7,7 @@ and the named presets on the local hub.
 Both implementations get the same LSH rotations: transformers draws them
 with `torch.manual_seed(hash_seed); torch.randn(shape)` at every call, the
 tests draw that tensor the same way and set it on our LSH branches
-(`ReformerAttention.rotations`). transformers 5.x does not add
+(`ReformerBackbone.set_lsh_rotations`). transformers 5.x does not add
 `lm_head.bias` (4.x and the original model do), so the checkpoints here
 have that bias at zero; `test_the_lm_head_bias_is_added` checks that ours
 adds it.
@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
-from attention_zoo_keras.attention.lsh import lsh_rotations_shape
 from attention_zoo_keras.models.reformer import ReformerBackbone
 from attention_zoo_keras.models.reformer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer import ReformerCausalLM
@@ -70,11 +69,7 @@ def checkpoint(request, tmp_path_factory):
 def _with_their_rotations(lm, config):
     """Sets transformers' rotations (its `hash_seed` draw) on every LSH branch."""
     torch.manual_seed(HASH_SEED)
-    shape = lsh_rotations_shape(HEADS, HEAD_DIM, config.num_hashes, config.num_buckets)
-    rotations = torch.randn(shape).numpy()
-    for branch in lm.backbone.attention_branches:
-        if branch.attention == "lsh":
-            branch.rotations = rotations
+    lm.backbone.set_lsh_rotations(torch.randn(lm.backbone.lsh_rotations_shape).numpy())
     return lm
 
 

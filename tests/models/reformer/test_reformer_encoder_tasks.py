@@ -100,11 +100,8 @@ def share_rotations(backbone):
         TINY_REFORMER["num_attention_heads"], TINY_REFORMER["attention_head_size"],
         TINY_REFORMER["num_hashes"], TINY_REFORMER["num_buckets"],
     )
-    rotations = torch.randn(shape).numpy()
-    branches = [branch for branch in backbone.attention_branches if branch.attention == "lsh"]
-    assert len(branches) == TINY_REFORMER["attn_layers"].count("lsh")
-    for branch in branches:
-        branch.rotations = rotations
+    assert backbone.lsh_rotations_shape == shape
+    backbone.set_lsh_rotations(torch.randn(shape).numpy())
 
 
 def load_classifier_head(classifier, reference):

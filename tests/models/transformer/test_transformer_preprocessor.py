@@ -92,7 +92,10 @@ def test_sources_alone_give_the_encoder_features():
 
 def test_config_resolves_the_start_token():
     config = _preprocessor().get_config()
-    assert config == {"encoder_sequence_length": 5, "decoder_sequence_length": 6, "decoder_start_token_id": 9}
+    assert config == {
+        "encoder_sequence_length": 5, "decoder_sequence_length": 6, "decoder_start_token_id": 9,
+        "padding": "buckets", "bucket_lengths": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -105,7 +108,7 @@ def test_config_resolves_the_start_token():
         (lambda p: p([]), ValueError, r"No source texts were given"),
         (lambda p: p((SOURCES, TARGETS, TARGETS)), ValueError, r"Expected x=\(sources, targets\); got a tuple of 3"),
         (lambda p: p(SOURCES, sample_weight=[1.0, 1.0]), ValueError, r"sample_weight needs targets"),
-        (lambda p: p(([1, 2], TARGETS)), TypeError, r"takes a string, a list of strings"),
+        (lambda p: p(([1, 2], TARGETS)), TypeError, r"Text 0 is a value of type int \(1\), not a string"),
         (lambda p: p.pack_sources((SOURCES, TARGETS)), ValueError, r"takes the source texts only"),
     ],
     ids=[

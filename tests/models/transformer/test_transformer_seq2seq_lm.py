@@ -366,8 +366,8 @@ def test_fit_names_bad_training_data(mt, tokenizer):
         mt.fit((SOURCES, TARGETS[:2]), epochs=1, verbose=0)
     long_targets = TransformerSeq2SeqLM(
         mt.backbone,
-        preprocessor=TransformerSeq2SeqLMPreprocessor(
-            tokenizer, encoder_sequence_length=24, decoder_sequence_length=40
+        preprocessor=TransformerSeq2SeqLMPreprocessor(  # every batch 40 wide, whatever its texts
+            tokenizer, encoder_sequence_length=24, decoder_sequence_length=40, padding="max_length"
         ),
     )
     with pytest.raises(ValueError, match=r"'decoder_token_ids' has length 40, longer than the model's maximum "

@@ -57,7 +57,9 @@ def test_task_id_adds_task_ids(tokenizer):
     preprocessor = ViLBERTPreprocessor(tokenizer, sequence_length=8, max_regions=5, task_id=1)
     features = preprocessor({"text": ["a red car", "a dog"], "regions": regions, "boxes": boxes, "image_size": (90, 100)})
     np.testing.assert_array_equal(features["task_ids"], [[1], [1]])
-    assert preprocessor.get_config() == {"sequence_length": 8, "max_regions": 5, "task_id": 1}
+    assert preprocessor.get_config() == {
+        "sequence_length": 8, "max_regions": 5, "task_id": 1, "padding": "buckets", "bucket_lengths": None
+    }
 
 
 def test_missing_keys_and_unpaired_texts(tokenizer):

@@ -1,0 +1,167 @@
+"""Batches checked as they are produced, whatever carries them to `fit`,
+`evaluate` or `predict`.
+
+Concrete arrays are checked once, before a loop starts. A Python generator,
+a `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
+makes its batches while the loop runs, so each is wrapped to run a model's
+checks on every batch before the batch reaches the compiled step (where
+JAX would turn an out-of-range id into NaN). The wrapper keeps the data's
+length, its epochs and its shuffling.
+
+`tf.data` and torch are imported by nobody here: a dataset of theirs
+reaches this module only once the user has imported them, and they are
+taken from `sys.modules`.
+"""
+
+import contextlib
+import copy
+import functools
+import sys
+import types
+
+import keras
+import numpy as np
+
+
+class BatchCheck:
+    """A model's checks of one batch (`x`, `(x,)`, `(x, y)` or
+    `(x, y, sample_weight)`) that remembers the last error (`failure`), so
+    the error can reach the caller as itself (see `original_batch_errors`).
+
+    Args:
+        validate_batch: called with each batch; raises on a bad one.
+    """
+
+    def __init__(self, validate_batch):
+        self.validate_batch = validate_batch
+        self.failure = None
+
+    def produce(self, make_batch, *args):
+        """`make_batch(*args)`, checked; an error making or checking it is kept in `failure`."""
+        try:
+            batch = make_batch(*args)
+            self.validate_batch(batch)
+        except Exception as error:
+            self.failure = error
+            raise
+        return batch
+
+    def __call__(self, batch):
+        """`batch`, checked."""
+        return self.produce(lambda: batch)
+
+
+class CheckedPyDataset(keras.utils.PyDataset):
+    """A `keras.utils.PyDataset` whose batches pass `check`: the wrapped
+    dataset's length, workers and epoch hooks (its reshuffling) are kept.
+
+    Args:
+        data: the `keras.utils.PyDataset` to wrap.
+        check: a `BatchCheck`.
+    """
+
+    def __init__(self, data, check):
+        super().__init__(
+            workers=data.workers, use_multiprocessing=data.use_multiprocessing, max_queue_size=data.max_queue_size
+        )
+        self.data = data
+        self.check = check
+
+    def __len__(self):
+        return len(self.data)
+
+    @property
+    def num_batches(self):
+        return self.data.num_batches
+
+    def __getitem__(self, index):
+        return self.check.produce(self.data.__getitem__, index)
+
+    def on_epoch_begin(self):
+        self.data.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self.data.on_epoch_end()
+
+
+def _checked_generator(generator, check):
+    """A generator (Keras tells generators by their type) of `generator`'s batches, checked."""
+    for batch in generator:
+        yield check(batch)
+
+
+def _checked_tf_dataset(dataset, check, tf):
+    """`dataset.map` with a numpy function that checks each element; the
+    element passes on only after the check (a control dependency)."""
+
+    def check_element(*parts):  # `map` passes a tuple element's parts as arguments
+        element = parts if isinstance(dataset.element_spec, tuple) else parts[0]
+        leaves = tf.nest.flatten(element)
+
+        def check_arrays(*arrays):
+            check(tf.nest.pack_sequence_as(element, list(arrays)))
+            return np.bool_(True)
+
+        checked = tf.numpy_function(check_arrays, leaves, tf.bool, stateful=True)
+        with tf.control_dependencies([checked]):
+            return tf.nest.map_structure(tf.identity, element)
+
+    if not all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(dataset.element_spec)):
+        return dataset  # ragged or sparse parts: a numpy function cannot take them
+    return dataset.map(check_element)
+
+
+@functools.cache
+def _checking_loader_class(loader_class):
+    """A subclass of a torch `DataLoader` class whose iteration checks each
+    batch (in the main process, after collation) with `batch_check`."""
+
+    def __iter__(self):
+        for batch in super(checking, self).__iter__():
+            yield self.batch_check(batch)
+
+    checking = type(f"Checked{loader_class.__name__}", (loader_class,), {"__iter__": __iter__})
+    return checking
+
+
+def _checked_data_loader(loader, check):
+    """A copy of a torch `DataLoader` (same dataset, sampler, workers; Keras
+    still sees a `DataLoader` and its length) whose batches pass `check`."""
+    checked = copy.copy(loader)
+    checked.__class__ = _checking_loader_class(type(loader))
+    checked.batch_check = check
+    return checked
+
+
+def checked(data, check):
+    """`data` whose batches pass `check` as they are produced: a generator,
+    a `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
+    is wrapped; anything else is returned as it is (concrete arrays are
+    checked whole, before the loop)."""
+    if isinstance(data, types.GeneratorType):
+        return _checked_generator(data, check)
+    if isinstance(data, keras.utils.PyDataset):
+        return CheckedPyDataset(data, check)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(data, tf.data.Dataset):
+        return _checked_tf_dataset(data, check, tf)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(data, torch.utils.data.DataLoader):
+        return _checked_data_loader(data, check)
+    return data
+
+
+@contextlib.contextmanager
+def original_batch_errors(check):
+    """Lets an error raised while making or checking a batch reach the
+    caller as itself: TensorFlow's data pipeline (which carries generators,
+    `PyDataset`s and `DataLoader`s on that backend, and `tf.data` on all)
+    re-raises it as its own error type, with the original only in the
+    message."""
+    check.failure = None
+    try:
+        yield
+    except Exception as error:
+        if check.failure is not None and check.failure is not error:
+            raise check.failure from error
+        raise

@@ -1,0 +1,124 @@
+"""What `generate` decodes, prepared in numpy before anything is compiled:
+dict prompts read and checked (so that no row is dropped or misread
+silently), the length arguments checked, and the right-padded buffer a
+decoding loop fills (`GenerationRequest`)."""
+
+import dataclasses
+import numbers
+
+import numpy as np
+from keras import ops
+
+from attention_zoo_keras.naming import did_you_mean
+
+
+def right_padded(prompts, length, pad_id):
+    """`(token_ids, prompt_mask)` numpy arrays `(batch, length)` of the
+    prompts (lists of ids), right-padded with `pad_id`."""
+    token_ids = np.full((len(prompts), length), pad_id, dtype="int32")
+    prompt_mask = np.zeros((len(prompts), length), dtype=bool)
+    for row, ids in enumerate(prompts):
+        token_ids[row, : len(ids)] = ids
+        prompt_mask[row, : len(ids)] = True
+    return token_ids, prompt_mask
+
+
+def dict_prompt_arrays(inputs, ids_key, mask_key, row_name):
+    """`(token_ids, mask)`: the numpy `(batch, length)` ids and bool mask of
+    a dict prompt given to `generate`, checked, so that no row is dropped or
+    misread silently.
+
+    Args:
+        inputs: a dict of `ids_key` and optionally `mask_key` (all ones
+            when missing), each `(batch, length)` or `(length,)`.
+        ids_key, mask_key: the dict's keys (`"token_ids"`, `"padding_mask"`).
+        row_name: what a row is, for messages (`"Prompt"`, `"Source"`).
+
+    Raises:
+        ValueError: an unknown or missing key, ids and mask of different
+            shapes (both named), a mask value other than 0 and 1, an empty
+            batch, or a row that is not right-padded.
+        TypeError: ids that are not integers.
+    """
+    unknown = sorted(set(inputs) - {ids_key, mask_key})
+    if unknown:
+        raise ValueError(
+            f"generate's dict input takes '{ids_key}' and '{mask_key}'; got the key '{unknown[0]}'."
+            f"{did_you_mean(unknown[0], [ids_key, mask_key])}"
+        )
+    if ids_key not in inputs:
+        raise ValueError(f"generate's dict input needs '{ids_key}'; got the keys {sorted(inputs)}.")
+    token_ids = np.asarray(ops.convert_to_numpy(inputs[ids_key]))
+    if token_ids.dtype.kind not in "iu":
+        raise TypeError(f"'{ids_key}' must hold integer token ids; got the dtype {token_ids.dtype}.")
+    if mask_key in inputs:
+        mask = np.asarray(ops.convert_to_numpy(inputs[mask_key]))
+        if mask.size and not np.isin(mask, (0, 1)).all():
+            bad = mask[~np.isin(mask, (0, 1))].flat[0]
+            raise ValueError(f"'{mask_key}' must hold 1 for a token and 0 for padding; got the value {bad}.")
+        mask = mask.astype(bool)
+    else:
+        mask = np.ones(token_ids.shape, dtype=bool)
+    if token_ids.ndim == 1 and mask.ndim == 1:
+        token_ids, mask = token_ids[None], mask[None]
+    if token_ids.ndim != 2 or mask.shape != token_ids.shape:
+        raise ValueError(
+            f"{ids_key} and {mask_key} must both be (batch, {row_name.lower()}_length); got the shapes "
+            f"{token_ids.shape} and {mask.shape}."
+        )
+    if token_ids.shape[0] == 0:
+        raise ValueError(f"generate needs at least one {row_name.lower()}; got an empty batch.")
+    padding_before_a_token = (mask[:, 1:] & ~mask[:, :-1]).any(axis=1)
+    if padding_before_a_token.any():
+        raise ValueError(
+            f"{row_name} {int(np.argmax(padding_before_a_token))}'s {mask_key} is not right-padded (real tokens "
+            f"first, then padding); generate takes right-padded {row_name.lower()}s."
+        )
+    return token_ids, mask
+
+
+def check_integer_arguments(max_length, max_new_tokens, seed):
+    """Raises for a length or seed that is not a non-negative int (or
+    `None`), or for both lengths given."""
+    for name, value in (("max_length", max_length), ("max_new_tokens", max_new_tokens), ("seed", seed)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise TypeError(f"{name} must be an int or None; got {value!r}.")
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be non-negative; got {value}.")
+    if max_length is not None and max_new_tokens is not None:
+        raise ValueError(
+            f"Give max_length or max_new_tokens, not both (got max_length={max_length}, "
+            f"max_new_tokens={max_new_tokens})."
+        )
+
+
+@dataclasses.dataclass
+class GenerationRequest:
+    """What `generate` decodes, in numpy: made by a family's
+    `_prepare_generation`, read by the decoding template.
+
+    Attributes:
+        token_ids: `(batch, buffer_length)` int32, the prompts right-padded
+            with `pad_id`.
+        prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens.
+        prompt_lengths: `(batch,)` ints.
+        end_positions: `(batch,)` int32: row `b` ends before this position.
+        stop_ids: the ids that end a row.
+        pad_id: the id written after a row's end.
+        is_text, is_single: the inputs were text (a single string).
+        conditioning: numpy arrays per row besides the prompts that the
+            output depends on (an encoder-decoder's sources).
+        rules: hashable settings of the task's score processor (they key
+            the compiled program).
+    """
+
+    token_ids: np.ndarray
+    prompt_mask: np.ndarray
+    prompt_lengths: np.ndarray
+    end_positions: np.ndarray
+    stop_ids: tuple
+    pad_id: int
+    is_text: bool = False
+    is_single: bool = False
+    conditioning: tuple = ()
+    rules: tuple = ()

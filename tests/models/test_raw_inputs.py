@@ -1,0 +1,229 @@
+"""Raw text through the preprocessors: every batch is padded to the bucket
+length of its longest text (not always to `sequence_length`), labels follow
+that width, the models give the same outputs as with max-length padding,
+and a compiled `fit` traces once per bucket; raw input that is not text
+gets the library's error, naming where in the data it is."""
+
+import keras
+import numpy as np
+import pytest
+
+import attention_zoo_keras as azk
+
+VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "great", "film", "the", "plot", "was", "dull"]
+WORDS = VOCABULARY[5:]
+
+
+def bert_tokenizer():
+    return azk.models.BertTokenizer.from_vocabulary(VOCABULARY)
+
+
+def text(num_words, offset=0):
+    """A text of `num_words` vocabulary words (one token each)."""
+    return " ".join(WORDS[(offset + index) % len(WORDS)] for index in range(num_words))
+
+
+def gpt_tokenizer():
+    vocabulary = {"<|endoftext|>": 0, "a": 1, "b": 2, "Ġ": 3, "ab": 4, "Ġab": 5}
+    return azk.models.GPTTokenizer.from_vocabulary(vocabulary, [("a", "b"), ("Ġ", "ab")])
+
+
+def tiny_bert(max_sequence_length=40):
+    return azk.models.BertBackbone(
+        vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=max_sequence_length, dropout=0.0, attention_dropout=0.0,
+    )
+
+
+# --- widths --------------------------------------------------------------------
+
+
+def test_bert_batches_pad_to_the_bucket_of_their_longest_text():
+    bucketed = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, padding="buckets")
+    fixed = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, padding="max_length")
+    # [CLS] + words + [SEP]: 14 tokens fit 16, 15 + 2 = 17 needs 32, 60 + 2 is truncated to 40.
+    for words, width in ((3, 16), (14, 16), (15, 32), (30, 32), (31, 40), (60, 40)):
+        batch = [text(2), text(words)]
+        features = bucketed(batch)
+        assert {name: value.shape for name, value in features.items()} == {
+            "token_ids": (2, width), "segment_ids": (2, width), "padding_mask": (2, width)
+        }
+        reference = fixed(batch)
+        assert reference["token_ids"].shape == (2, 40)
+        for name in features:  # the same values; only padding is left out
+            np.testing.assert_array_equal(features[name], reference[name][:, :width])
+            assert not reference["padding_mask"][:, width:].any()
+    pairs = bucketed(([text(10)], [text(10)]))  # [CLS] a [SEP] b [SEP]: 23 tokens
+    assert pairs["token_ids"].shape == (1, 32) and pairs["segment_ids"][0, 12:23].tolist() == [1] * 11
+
+
+def test_custom_bucket_lengths_and_the_cap_at_sequence_length():
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, bucket_lengths=[24, 8])
+    assert preprocessor.bucket_lengths == [8, 24]
+    widths = [preprocessor([text(words)])["token_ids"].shape[1] for words in (1, 6, 7, 22, 23, 50)]
+    assert widths == [8, 8, 24, 24, 40, 40]
+
+
+def test_causal_lm_inputs_and_labels_share_the_bucketed_width():
+    bucketed = azk.models.GPTCausalLMPreprocessor(gpt_tokenizer(), sequence_length=40, padding="buckets")
+    fixed = azk.models.GPTCausalLMPreprocessor(gpt_tokenizer(), sequence_length=40, padding="max_length")
+    # "ab ab ... ab" is one token a word, plus the end token: n words pack n + 1 tokens, n inputs.
+    for words, width in ((3, 16), (16, 16), (17, 32), (45, 40)):
+        batch = ["ab", " ".join(["ab"] * words)]
+        x, y, w = bucketed(batch, sample_weight=[1.0, 2.0])
+        assert x["token_ids"].shape == x["padding_mask"].shape == y.shape == w.shape == (2, width)
+        x_fixed, y_fixed, w_fixed = fixed(batch, sample_weight=[1.0, 2.0])
+        np.testing.assert_array_equal(x["token_ids"], x_fixed["token_ids"][:, :width])
+        np.testing.assert_array_equal(y, y_fixed[:, :width])
+        np.testing.assert_array_equal(w, w_fixed[:, :width])
+        assert not w_fixed[:, width:].any()  # nothing cut off carried a label
+    x, y, w = bucketed([" ".join(["ab"] * 16)])  # 16 inputs: the end token is the last label, inside the width
+    assert y[0, 15] == 0 and w[0].tolist() == [1.0] * 16
+
+
+def test_masked_lm_labels_keep_their_width_while_the_tokens_bucket():
+    bucketed = azk.models.BertMaskedLMPreprocessor(
+        bert_tokenizer(), sequence_length=40, mask_selection_length=3, seed=1, padding="buckets"
+    )
+    fixed = azk.models.BertMaskedLMPreprocessor(
+        bert_tokenizer(), sequence_length=40, mask_selection_length=3, seed=1, padding="max_length"
+    )
+    batch = [text(5), text(9, offset=2)]
+    x, y, w = bucketed(batch)
+    x_fixed, y_fixed, w_fixed = fixed(batch)
+    assert x["token_ids"].shape == (2, 16) and x_fixed["token_ids"].shape == (2, 40)
+    assert x["mask_positions"].shape == y.shape == w.shape == (2, 3)
+    np.testing.assert_array_equal(x["token_ids"], x_fixed["token_ids"][:, :16])
+    np.testing.assert_array_equal(x["mask_positions"], x_fixed["mask_positions"])
+    np.testing.assert_array_equal(y, y_fixed)
+
+
+def test_seq2seq_encoder_and_decoder_widths_bucket_on_their_own():
+    tokenizer = azk.models.TransformerTokenizer.from_characters("ab ")
+    bucketed = azk.models.TransformerSeq2SeqLMPreprocessor(
+        tokenizer, encoder_sequence_length=40, decoder_sequence_length=20, padding="buckets"
+    )
+    fixed = azk.models.TransformerSeq2SeqLMPreprocessor(
+        tokenizer, encoder_sequence_length=40, decoder_sequence_length=20, padding="max_length"
+    )
+    batch = (["ab" * 10, "a"], ["b", "ab"])  # 21 source tokens with </s>; targets of 2 and 3 with their start / end
+    x, y, w = bucketed(batch)
+    x_fixed, y_fixed, w_fixed = fixed(batch)
+    assert x["encoder_token_ids"].shape == x["encoder_padding_mask"].shape == (2, 32)
+    assert x["decoder_token_ids"].shape == y.shape == w.shape == (2, 16)
+    np.testing.assert_array_equal(x["encoder_token_ids"], x_fixed["encoder_token_ids"][:, :32])
+    np.testing.assert_array_equal(x["decoder_token_ids"], x_fixed["decoder_token_ids"][:, :16])
+    np.testing.assert_array_equal(y, y_fixed[:, :16])
+    assert bucketed.pack_sources(["ab"])["encoder_token_ids"].shape == (1, 16)  # what generate encodes
+
+
+def test_fixed_length_models_keep_padding_to_sequence_length():
+    """The Reformer's chunked attention is shaped by the length (its
+    backbone's `static_sequence_length`), and Transformer-XL's segments carry
+    memory over: their preprocessors pad every batch to `sequence_length`."""
+    from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
+
+    for preprocessor_cls in (azk.models.ReformerPreprocessor, azk.models.ReformerCausalLMPreprocessor,
+                             azk.models.ReformerMaskedLMPreprocessor):
+        preprocessor = preprocessor_cls(ReformerByteTokenizer(), sequence_length=64)
+        assert preprocessor.padding == "max_length"
+        features = preprocessor(["Hi"])
+        features = features[0] if isinstance(features, tuple) else features
+        assert features["token_ids"].shape == (1, 64)
+    assert azk.models.ReformerBackbone.static_sequence_length
+
+
+def test_padding_settings_survive_a_preset(tmp_path):
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, bucket_lengths=[8, 24])
+    azk.models.BertTextClassifier(tiny_bert(), num_classes=2, preprocessor=preprocessor).save_to_preset(tmp_path)
+    loaded = azk.models.BertPreprocessor.from_preset(str(tmp_path))
+    assert (loaded.padding, loaded.bucket_lengths) == ("buckets", [8, 24])
+    assert loaded([text(7)])["token_ids"].shape == (1, 24)
+    fixed = azk.models.BertPreprocessor.from_preset(str(tmp_path), padding="max_length", bucket_lengths=None)
+    assert fixed([text(7)])["token_ids"].shape == (1, 40)
+
+
+# --- the models see the same thing --------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["classifier", "embedder"])
+def test_bucketed_padding_gives_the_outputs_of_max_length_padding(task):
+    keras.utils.set_random_seed(0)
+    backbone = tiny_bert()
+    texts = [text(2), text(5, offset=1), text(20, offset=3), text(1)]
+    outputs = {}
+    for padding in ("buckets", "max_length"):
+        preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, padding=padding)
+        if task == "classifier":
+            model = azk.models.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor, dropout=0.0)
+        else:
+            model = azk.models.BertTextEmbedder(backbone, preprocessor=preprocessor)
+        if outputs:
+            model.set_weights(weights)
+        weights = model.get_weights()
+        outputs[padding] = model.predict(texts, batch_size=2, verbose=0)
+    np.testing.assert_allclose(outputs["buckets"], outputs["max_length"], atol=1e-5)
+
+
+def _counting(model, method):
+    """Counts the calls of `model.<method>`: under a compiled `fit` /
+    `predict` (JAX, TensorFlow), one per trace."""
+    calls = []
+    original = getattr(model, method)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    setattr(model, method, counted)
+    return calls
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="torch runs eagerly (nothing is traced); TensorFlow pads raw batches to sequence_length by default",
+)
+def test_fit_and_predict_trace_once_per_bucket():
+    keras.utils.set_random_seed(0)
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40)
+    classifier = azk.models.BertTextClassifier(tiny_bert(), num_classes=2, preprocessor=preprocessor, dropout=0.0)
+    classifier.compile(optimizer="sgd")
+    # Batches of 4 (no ragged last batch): widths 16, 32, 16, 32, 16, 32.
+    texts = [text(3 if batch % 2 == 0 else 20, offset=row) for batch in range(6) for row in range(4)]
+    labels = np.arange(len(texts)) % 2
+    widths = {preprocessor(texts[start : start + 4])["token_ids"].shape[1] for start in range(0, len(texts), 4)}
+    assert widths == {16, 32}
+    train_traces = _counting(classifier, "train_step")
+    classifier.fit(texts, labels, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    predict_traces = _counting(classifier, "predict_step")
+    classifier.predict(texts, batch_size=4, verbose=0)
+    classifier.predict(texts[::-1], batch_size=4, verbose=0)
+    assert len(train_traces) == len(predict_traces) == len(widths)  # one compiled step per shape
+
+
+def test_fit_takes_later_batches_wider_than_the_first_two():
+    keras.utils.set_random_seed(0)
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40)
+    classifier = azk.models.BertTextClassifier(tiny_bert(), num_classes=2, preprocessor=preprocessor, dropout=0.0)
+    classifier.compile(optimizer="sgd")
+    texts = [text(3)] * 8 + [text(20)] * 4  # widths 16, 16, then 32
+    history = classifier.fit(texts, np.arange(12) % 2, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+# --- raw input that is not text -------------------------------------------------
+
+
+def test_a_bad_text_is_named_by_its_position_in_the_data():
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=16)
+    classifier = azk.models.BertTextClassifier(tiny_bert(16), num_classes=2, preprocessor=preprocessor)
+    texts = [text(3)] * 12
+    texts[9] = None
+    with pytest.raises(TypeError, match=r"Text 9 is None, not a string"):
+        classifier.fit(texts, np.zeros(12, "int32"), batch_size=4, verbose=0)
+    texts[9] = "the plot \ud800"
+    with pytest.raises(ValueError, match=r"Text 9 is not valid Unicode: it holds the lone surrogate '\\ud800'"):
+        classifier.predict(texts, batch_size=4, verbose=0)
+    texts[9] = 3
+    with pytest.raises(TypeError, match=r"Text 9 is a value of type int \(3\)"):
+        classifier.evaluate(texts, np.zeros(12, "int32"), batch_size=4, verbose=0)
