@@ -37,6 +37,10 @@ class CausalLM(GenerativeTask):
     """A decoder-only language model that generates (see `GPTCausalLM`,
     `TransformerXLCausalLM`); `generate` is `GenerativeTask.generate`."""
 
+    def validate_labels(self, labels, inputs=None):
+        """Labels are next-token ids, in the vocabulary."""
+        check_id_range("labels", labels, self.backbone.vocabulary_size)
+
     def _decoding_constants(self, buffer_length):
         """Tensors every decoding step takes, computed once per generation."""
         return ()

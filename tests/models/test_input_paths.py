@@ -236,3 +236,46 @@ def test_no_examples_is_the_librarys_error(classifier, method, x):
 def test_a_backbone_predicts_none_with_the_librarys_error(classifier):
     with pytest.raises(ValueError, match=r"BertBackbone\.predict\(\) got no examples \(x=None\)"):
         classifier.backbone.predict(None, verbose=0)
+
+
+# --- next-token labels of the language models ------------------------------------
+
+
+def _causal_lm():
+    from attention_zoo_keras.models import GPTBackbone
+    from attention_zoo_keras.models import GPTCausalLM
+
+    backbone = GPTBackbone(
+        vocabulary_size=12, num_layers=1, num_heads=1, hidden_dim=4, intermediate_dim=4, max_sequence_length=8
+    )
+    return GPTCausalLM(backbone=backbone), {"token_ids": np.ones((2, 4), "int32"), "padding_mask": np.ones((2, 4), "int32")}
+
+
+def _seq2seq_lm():
+    from attention_zoo_keras.models import TransformerBackbone
+    from attention_zoo_keras.models import TransformerSeq2SeqLM
+
+    backbone = TransformerBackbone(
+        vocabulary_size=12, num_encoder_layers=1, num_decoder_layers=1, num_heads=1, hidden_dim=4,
+        intermediate_dim=4, max_sequence_length=8,
+    )
+    ones = np.ones((2, 4), "int32")
+    features = {
+        "encoder_token_ids": ones, "encoder_padding_mask": ones, "decoder_token_ids": ones, "decoder_padding_mask": ones,
+    }
+    return TransformerSeq2SeqLM(backbone), features
+
+
+@pytest.mark.parametrize("make", [_causal_lm, _seq2seq_lm], ids=["causal", "seq2seq"])
+def test_language_model_labels_outside_the_vocabulary_are_refused(make):
+    model, features = make()
+    model.compile(optimizer="sgd")
+    before = _weights(model)
+    labels = np.full((2, 4), 12, "int32")  # one past the vocabulary
+    with pytest.raises(ValueError, match=r"'labels' holds the id 12, outside the valid range \[0, 12\)"):
+        model.fit(features, labels, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="'labels' holds the id 12"):
+        model.train_on_batch(features, labels)
+    for old, new in zip(before, _weights(model)):
+        np.testing.assert_array_equal(old, new)
+    model.train_on_batch(features, np.full((2, 4), 11, "int32"))  # the last id is fine

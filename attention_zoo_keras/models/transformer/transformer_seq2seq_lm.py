@@ -89,6 +89,10 @@ class TransformerSeq2SeqLM(GenerativeTask):
         self.lm_head = head
         self.logits_bias = logits_bias
 
+    def validate_labels(self, labels, inputs=None):
+        """Labels are next target-token ids, in the decoder's vocabulary."""
+        check_id_range("labels", labels, self.backbone.decoder_vocabulary_size)
+
     def get_config(self):
         return {**super().get_config(), "logits_bias": self.logits_bias}
 
