@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# TensorFlow 2.21's default CPU allocator keeps no statistics
+# (`get_memory_info("CPU:0")` raises); the BFC allocator does, and the memory
+# tests read them. Set before TensorFlow starts.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
+import pytest  # noqa: E402
 
 from tests.hub_server import serving, set_offline
 

@@ -174,7 +174,8 @@ def test_gradients_match_stored_residuals():
     for variable, got, expected in zip(variables, ours[1], reference[1]):
         if not variable.path.endswith("key/bias"):  # (softmax ignores it: zero gradient)
             assert np.abs(expected).max() > 1e-3, variable.path
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=variable.path)
+        # float32 sums in another order (recomputed vs stored) differ by ~1e-5.
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=5e-5, err_msg=variable.path)
 
 
 def test_frozen_branch_gets_no_gradient_and_the_rest_still_match():
