@@ -52,11 +52,12 @@ class DirectoryNotReplaceableError(FileExistsError):
     """A save was asked to replace a directory that holds files it did not write."""
 
 
-def _check_replaceable(target, owned_entries):
-    """Raises unless `target` is empty or `owned_entries(target)` claims it."""
+def _owned_by_a_save(target, owned_entries):
+    """The names in `target` a save may replace (`owned_entries(target)`);
+    raises unless `target` is empty or claimed that way."""
     entries = sorted(entry.name for entry in target.iterdir())
     if not entries:
-        return
+        return set()
     owned = owned_entries(target) if owned_entries is not None else None
     if owned is None:
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
@@ -65,12 +66,12 @@ def _check_replaceable(target, owned_entries):
             "saved by attention_zoo_keras, so nothing in it was changed. Save to a new or empty "
             "directory, or to a preset directory this library wrote."
         )
+    return owned
 
 
-def _carry_over(old, staging, owned_entries):
-    """Moves the entries of the preset directory `old` that a save does not own
+def _carry_over(old, staging, owned):
+    """Moves the entries of the preset directory `old` that are not in `owned`
     (a user's notes, a `.git` folder) into `staging`; returns their names."""
-    owned = owned_entries(old) or set()
     carried = []
     for entry in sorted(old.iterdir(), key=lambda path: path.name):
         if entry.name in owned or (staging / entry.name).exists():
@@ -119,8 +120,7 @@ def atomic_directory(target, owned_entries=None):
     target = Path(os.path.realpath(Path(target).expanduser()))
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"Cannot save a preset to '{target}': it is a file.")
-    if target.is_dir():
-        _check_replaceable(target, owned_entries)
+    owned = _owned_by_a_save(target, owned_entries) if target.is_dir() else set()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
@@ -137,7 +137,7 @@ def atomic_directory(target, owned_entries=None):
     if not target.exists():
         os.rename(staging, target)
         return
-    carried = _carry_over(target, staging, owned_entries) if owned_entries is not None else []
+    carried = _carry_over(target, staging, owned)
     backup = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old"
     try:
         os.rename(target, backup)
