@@ -337,8 +337,9 @@ def _task(task, backbone, backbone_arrays, state_dict, authors_config, preproces
 def _preprocessor(tasks, tokenizer, backbone, task_id, sequence_length, max_regions):
     """The preprocessor the preset carries: one task's own (its class, the
     authors' lengths and task id), or for several heads a `ViLBERTPreprocessor`
-    with the longest of their lengths and `--task-id` (each head's task id
-    differs, so none is chosen for them); `None` without a tokenizer."""
+    with the longest of their lengths and `--task-id` (without it, each
+    head's own task id is saved beside the head, `_head_task_ids`); `None`
+    without a tokenizer."""
     if tokenizer is None:
         return None
     if tokenizer.vocabulary_size > backbone.vocabulary_size:
@@ -502,7 +503,10 @@ def run(args):
             if len(models) == 1:
                 models[0].save_to_preset(staging)
             else:
-                save_preset_with_heads(models[0].backbone, models, staging, preprocessor=preprocessor)
+                save_preset_with_heads(
+                    models[0].backbone, models, staging, preprocessor=preprocessor,
+                    head_preprocessor_settings=_head_task_ids(models, tasks, preprocessor),
+                )
             record_source(staging, f"the authors' {Path(args.checkpoint).name} (vilbert-multi-task)", LICENSE)
             difference = verify(models, staging, preprocessor)
             print(f"max |converted - reloaded from the preset| on random inputs: {difference:.2e}")
@@ -513,6 +517,15 @@ def run(args):
         return 1
     _report(models, preprocessor, tasks, args.dest)
     return 0
+
+
+def _head_task_ids(models, tasks, preprocessor):
+    """`{task class name: {"task_id": the authors' id}}` for the heads of a
+    multi-task checkpoint whose shared preprocessor has no `--task-id`: each
+    head then loads with the task id it was trained with."""
+    if preprocessor is None or preprocessor.task_id is not None or not models[0].backbone.num_task_tokens:
+        return {}
+    return {type(model).__name__: {"task_id": TASKS[task].task_id} for model, task in zip(models, tasks)}
 
 
 def _report(models, preprocessor, tasks, dest):
@@ -530,7 +543,7 @@ def _report(models, preprocessor, tasks, dest):
         return
     print(f"preprocessor: {type(preprocessor).__name__} (sequence_length {preprocessor.sequence_length}, "
           f"max_regions {preprocessor.max_regions}, task_id {getattr(preprocessor, 'task_id', None)})")
-    if models[0].backbone.num_task_tokens and len(models) > 1 and preprocessor.task_id is None:
-        ids = ", ".join(f"{type(model).__name__} {TASKS[task].task_id}" for model, task in zip(models, tasks))
-        print(f"each head was trained with its own task id ({ids}): pass it as "
-              "ViLBERTPreprocessor.from_preset(DEST, task_id=...) to the task's from_preset(preprocessor=...)")
+    head_task_ids = _head_task_ids(models, tasks, preprocessor) if len(models) > 1 else {}
+    if head_task_ids:
+        ids = ", ".join(f"{name} {settings['task_id']}" for name, settings in head_task_ids.items())
+        print(f"each head loads with the task id it was trained with ({ids})")

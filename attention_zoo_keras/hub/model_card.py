@@ -116,7 +116,7 @@ PARITY_HEADING = "## Parity"
 
 def parity_section(parity):
     """The model card's "Parity" section for a `parity` record (the
-    `metadata.json` entry written by `python -m conversion verify`).
+    `metadata.json` entry written by `azk-convert verify`).
 
     Example:
 

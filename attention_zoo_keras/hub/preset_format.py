@@ -45,13 +45,14 @@ CONFIG_FILE = "config.json"
 METADATA_FILE = "metadata.json"
 PREPROCESSOR_FILE = "preprocessor.json"
 TOKENIZER_FILE = "tokenizer.json"
+VOCABULARY_FILE = "vocab.json"  # a translation tokenizer's shared vocabulary
 MODEL_CARD_FILE = "README.md"
 HEADS_KEY = "heads"
+HEAD_PREPROCESSOR_KEY = "preprocessor"  # in a head's entry: its own preprocessor settings
 
 # The files a preset saved before `metadata.json` listed its files may hold.
 _PRESET_FILE_NAMES = {
-    CONFIG_FILE, METADATA_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE, MODEL_CARD_FILE, INDEX_FILE,
-    "vocab.json",  # a translation tokenizer's shared vocabulary
+    CONFIG_FILE, METADATA_FILE, PREPROCESSOR_FILE, TOKENIZER_FILE, VOCABULARY_FILE, MODEL_CARD_FILE, INDEX_FILE,
 }
 
 
@@ -144,7 +145,10 @@ def _write_preset_files(staging, model, preprocessor, family, max_shard_size, he
     )
 
 
-def save_preset_with_heads(backbone, tasks, directory, preprocessor=None, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
+def save_preset_with_heads(
+    backbone, tasks, directory, preprocessor=None, head_preprocessor_settings=None,
+    max_shard_size=DEFAULT_MAX_SHARD_SIZE,
+):
     """Writes `backbone` as a native preset that also carries the heads of
     `tasks`, atomically (as `save_preset`).
 
@@ -163,6 +167,11 @@ def save_preset_with_heads(backbone, tasks, directory, preprocessor=None, max_sh
         tasks: tasks built on that very backbone object, at most one per class.
         directory: the preset directory (missing, empty, or a native preset).
         preprocessor: saved with the preset, if given.
+        head_preprocessor_settings: `{task class name: {setting: value}}`,
+            preprocessor settings that differ by head (a ViLBERT head's
+            `task_id`): stored as `config.json["heads"]["T"]["preprocessor"]`,
+            they override the saved preprocessor's when `T.from_preset`
+            builds its preprocessor.
         max_shard_size: as in `save_preset`.
 
     Raises:
@@ -177,6 +186,10 @@ def save_preset_with_heads(backbone, tasks, directory, preprocessor=None, max_sh
     """
     if parse_size(max_shard_size) <= 0:
         raise ValueError(f"max_shard_size must be positive; got {max_shard_size!r}.")
+    head_preprocessor_settings = dict(head_preprocessor_settings or {})
+    unknown = sorted(set(head_preprocessor_settings) - {type(task).__name__ for task in tasks})
+    if unknown:
+        raise ValueError(f"head_preprocessor_settings names tasks not saved here: {', '.join(unknown)}.")
     backbone_keys = set(variables_by_key(backbone))
     heads, head_arrays = {}, {}
     for task in tasks:
@@ -187,6 +200,8 @@ def save_preset_with_heads(backbone, tasks, directory, preprocessor=None, max_sh
             raise ValueError(f"save_preset_with_heads got two {name} tasks; a preset holds one head per task class.")
         config = serialize(task)["config"]
         heads[name] = {key: value for key, value in config.items() if key not in ("backbone", "preprocessor", "name", "trainable")}
+        if name in head_preprocessor_settings:
+            heads[name][HEAD_PREPROCESSOR_KEY] = dict(head_preprocessor_settings[name])
         for key, variable in variables_by_key(task).items():
             if key not in backbone_keys:
                 head_arrays[f"{HEADS_KEY}/{name}/{key}"] = keras.ops.convert_to_numpy(variable)

@@ -20,7 +20,9 @@ A native backbone preset may carry task heads: tensors keyed
 `heads/<TaskClassName>/<key of that task's head variable>` and, in
 `config.json`, `"heads": {"<TaskClassName>": {task arguments}}` (written by
 `save_preset_with_heads`); `<TaskClassName>.from_preset` builds the task with
-those arguments and loads its head from those tensors.
+those arguments and loads its head from those tensors. A head's entry may
+also hold `"preprocessor": {settings}` that its preprocessor takes instead of
+the shared ones (each ViLBERT head's task id).
 """
 
 import collections.abc
@@ -28,6 +30,7 @@ import collections.abc
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.converters import converter_for_backbone
 from attention_zoo_keras.hub.converters import matches_any
+from attention_zoo_keras.hub.preset_format import HEAD_PREPROCESSOR_KEY
 from attention_zoo_keras.hub.preset_format import HEADS_KEY
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import is_native
@@ -174,6 +177,12 @@ class PresetLoader:
         """Preprocessor arguments the preset stores or implies."""
         raise NotImplementedError
 
+    def head_preprocessor_settings(self, task_cls):
+        """Preprocessor arguments particular to the head of `task_cls` in a
+        preset that carries several heads (e.g. a ViLBERT head's `task_id`);
+        they override `preprocessor_settings` when that task loads."""
+        return {}
+
     # --- building ------------------------------------------------------------
 
     def build_backbone(self, cls, caller=None, check_sizes=True, **overrides):
@@ -258,8 +267,10 @@ class NativePresetLoader(PresetLoader):
         heads = config.get(HEADS_KEY, {})
         if not isinstance(heads, dict) or not all(isinstance(v, dict) for v in heads.values()):
             raise PresetFileError(f"'{HEADS_KEY}' in {where} must map task class names to their arguments.")
-        for name in heads:
+        for name, head in heads.items():
             registered_class(name, source=f"'{HEADS_KEY}' in {where}")
+            if not isinstance(head.get(HEAD_PREPROCESSOR_KEY, {}), dict):
+                raise PresetFileError(f"'{HEADS_KEY}/{name}/{HEAD_PREPROCESSOR_KEY}' in {where} must be an object.")
         self.heads = heads
         self._checkpoint = None
 
@@ -314,12 +325,15 @@ class NativePresetLoader(PresetLoader):
         if self.saved_cls is task_cls:
             arguments = {k: v for k, v in self.config["config"].items() if k not in NOT_HEAD_ARGUMENTS}
         elif task_cls.__name__ in self.heads:
-            arguments = dict(self.heads[task_cls.__name__])
+            arguments = {k: v for k, v in self.heads[task_cls.__name__].items() if k != HEAD_PREPROCESSOR_KEY}
             where = f"'{HEADS_KEY}/{task_cls.__name__}' in {where}"
         else:
             return {}
         check_arguments(task_cls, arguments, where)
         return arguments
+
+    def head_preprocessor_settings(self, task_cls):
+        return dict(self.heads.get(task_cls.__name__, {}).get(HEAD_PREPROCESSOR_KEY, {}))
 
     def load_task_weights(self, task):
         """Fills the task's backbone and, from the preset's tensors of this

@@ -2,8 +2,6 @@
 itself from a preset and saves itself as one.
 """
 
-import warnings
-
 import keras
 
 from attention_zoo_keras.hub.catalog import list_presets
@@ -14,6 +12,7 @@ from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.registration import check_arguments
+from attention_zoo_keras.user_warnings import warn
 
 # What a subclass passes on to `keras.Model.__init__` besides the user's
 # `name` and `trainable`.
@@ -100,10 +99,9 @@ class Backbone(ValidatesInputs, keras.Model):
         about optional keys the checkpoint lacked."""
         missing = assign_weights(variables_by_key(self), arrays, source_description, optional_keys)
         if missing:
-            warnings.warn(
+            warn(
                 f"Checkpoint '{source_description}' has no weights for {', '.join(missing)}; "
-                "they keep their initial values.",
-                stacklevel=2,
+                "they keep their initial values."
             )
 
     def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):

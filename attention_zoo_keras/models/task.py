@@ -3,8 +3,6 @@ loss and optimizer, and an attached preprocessor so `fit`, `predict` and
 `evaluate` take raw inputs (strings, images).
 """
 
-import warnings
-
 import keras
 
 from attention_zoo_keras.hub.preset_format import save_preset
@@ -20,6 +18,7 @@ from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import serialize
+from attention_zoo_keras.user_warnings import warn
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -174,7 +173,10 @@ class Task(ValidatesInputs, keras.Model):
             **backbone_overrides, **shared,
         )
         if preprocessor == "auto":
-            preprocessor = cls.preprocessor_cls.from_preset(loader, **shared) if cls.preprocessor_cls else None
+            preprocessor = (
+                cls.preprocessor_cls.from_preset(loader, **loader.head_preprocessor_settings(cls), **shared)
+                if cls.preprocessor_cls else None
+            )
         arguments = {**loader.task_arguments(cls), **kwargs}
         task = cls(backbone=backbone, preprocessor=preprocessor, **arguments)
         if load_weights:
@@ -197,10 +199,9 @@ class Task(ValidatesInputs, keras.Model):
             "its weights there do not fit this head's shapes" if found
             else "it holds no weights for this head"
         )
-        warnings.warn(
+        warn(
             f"The {type(self).__name__} head was not loaded from '{source_description}' ({reason}); "
-            f"it starts from its initializer: {', '.join(sorted(head))}.",
-            stacklevel=2,
+            f"it starts from its initializer: {', '.join(sorted(head))}."
         )
 
     def save_to_preset(self, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):

@@ -221,19 +221,25 @@ def test_task_tokens_and_overridden_lengths(tmp_path, capsys):
     error = _refused(files, tmp_path / "pretrainer", capsys, "--task", "pretrainer")
     assert "this checkpoint has task tokens" in error
 
-    # One conversion of the multi-task checkpoint: every head but the pretraining ones, each with the
-    # authors' task id named (one preprocessor cannot hold three).
+    # One conversion of the multi-task checkpoint: every head but the pretraining ones, each loading
+    # with the authors' task id for it.
     capsys.readouterr()
     assert _convert(files, tmp_path / "every_head") == 0
     printed = capsys.readouterr().out
     assert "the pretraining heads (cls) are not converted: ViLBERTPretrainer takes a checkpoint without task " \
         "tokens" in printed
-    assert ("each head was trained with its own task id (ViLBERTVisualQuestionAnswerer 1, "
+    assert ("each head loads with the task id it was trained with (ViLBERTVisualQuestionAnswerer 1, "
             "ViLBERTImageTextRetriever 8, ViLBERTRegionScorer 11)") in printed
     heads = json.loads((tmp_path / "every_head" / "config.json").read_text())["heads"]
     assert sorted(heads) == ["ViLBERTImageTextRetriever", "ViLBERTRegionScorer", "ViLBERTVisualQuestionAnswerer"]
-    preprocessor = ViLBERTPreprocessor.from_preset(str(tmp_path / "every_head"), task_id=11)
-    scorer = ViLBERTRegionScorer.from_preset(str(tmp_path / "every_head"), preprocessor=preprocessor)
+    task_ids = {
+        task_cls: task_cls.from_preset(str(tmp_path / "every_head"), load_weights=False).preprocessor.task_id
+        for task_cls in (ViLBERTVisualQuestionAnswerer, ViLBERTImageTextRetriever, ViLBERTRegionScorer)
+    }
+    assert task_ids == {ViLBERTVisualQuestionAnswerer: 1, ViLBERTImageTextRetriever: 8, ViLBERTRegionScorer: 11}
+    assert ViLBERTPreprocessor.from_preset(str(tmp_path / "every_head")).task_id is None  # no head named
+    scorer = ViLBERTRegionScorer.from_preset(str(tmp_path / "every_head"))
+    assert scorer.preprocessor.task_id == 11
     reference = ViLBERTRegionScorer.from_preset(str(tmp_path / "refcoco"), preprocessor=None)
     features = our_inputs(load("inputs"))
     features["task_ids"] = np.full((features["token_ids"].shape[0], 1), 4, "int32")

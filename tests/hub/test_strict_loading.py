@@ -195,8 +195,10 @@ def test_heads_the_converter_declares_are_dropped_for_a_backbone(tiny_bert_check
 
 
 def test_a_task_on_a_backbone_only_preset_warns_which_head_starts_fresh(backbone_preset):
-    with pytest.warns(UserWarning, match=r"BertTextClassifier head.*starts from its initializer: classifier/bias, classifier/kernel"):
+    with pytest.warns(UserWarning, match=r"BertTextClassifier head.*starts from its initializer: classifier/bias, classifier/kernel") as caught:
         azk.models.BertTextClassifier.from_preset(str(backbone_preset), num_classes=2)
+    # The warning names the user's line (this file), not the library's.
+    assert [record.filename for record in caught] == [__file__]
 
 
 def test_a_transformers_encoder_into_a_classifier_warns(tiny_bert_checkpoints):
@@ -279,6 +281,25 @@ def test_a_missing_head_tensor_is_an_error(preset_with_heads):
     rewrite_weights(directory, lambda arrays: {k: v for k, v in arrays.items() if k != "heads/BertMaskedLM/mlm_head/output_bias"})
     with pytest.raises(CheckpointMismatchError, match=r"'heads/BertMaskedLM' head of this preset: mlm_head/output_bias"):
         azk.models.BertMaskedLM.from_preset(str(directory))
+
+
+def test_a_head_loads_with_its_own_preprocessor_settings(tmp_path):
+    backbone = tiny_backbone()
+    classifier = azk.models.BertTextClassifier(backbone, num_classes=2)
+    masked_lm = azk.models.BertMaskedLM(backbone)
+    save_preset_with_heads(
+        backbone, [classifier, masked_lm], tmp_path / "heads", preprocessor=tiny_preprocessor(),
+        head_preprocessor_settings={"BertTextClassifier": {"sequence_length": 6}},
+    )
+    assert azk.models.BertTextClassifier.from_preset(str(tmp_path / "heads")).preprocessor.sequence_length == 6
+    assert azk.models.BertMaskedLM.from_preset(str(tmp_path / "heads")).preprocessor.sequence_length == 12
+    with pytest.raises(ValueError, match="head_preprocessor_settings names tasks not saved here: BertMaskedLM"):
+        save_preset_with_heads(backbone, [classifier], tmp_path / "x", head_preprocessor_settings={"BertMaskedLM": {}})
+    config = json.loads((tmp_path / "heads" / "config.json").read_text())
+    config["heads"]["BertTextClassifier"]["preprocessor"] = 6
+    (tmp_path / "heads" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PresetFileError, match="'heads/BertTextClassifier/preprocessor' in config.json .* must be an object"):
+        azk.models.BertTextClassifier.from_preset(str(tmp_path / "heads"))
 
 
 def test_save_preset_with_heads_refuses_a_task_on_another_backbone(tmp_path):

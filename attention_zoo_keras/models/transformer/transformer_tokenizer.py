@@ -26,6 +26,7 @@ from tokenizers import models
 from tokenizers import pre_tokenizers
 
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
+from attention_zoo_keras.hub.preset_format import VOCABULARY_FILE
 from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.tokenizers.sentencepiece_model import WHITESPACE
 from attention_zoo_keras.tokenizers.sentencepiece_model import read_sentencepiece_model
@@ -41,7 +42,6 @@ UNKNOWN_TOKEN = "<unk>"
 PAD_TOKEN = "<pad>"
 SPECIAL_TOKENS = (END_TOKEN, UNKNOWN_TOKEN, PAD_TOKEN)
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"
-VOCABULARY_FILE = "vocab.json"
 
 _SPECIAL_TOKEN_SPLIT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
 

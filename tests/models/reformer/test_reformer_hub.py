@@ -4,8 +4,6 @@ crime-and-punishment one with its SentencePiece `spiece.model`, the enwik8
 one with no tokenizer files: byte ids) published where the presets point,
 loaded by name, generating text and saved as native presets."""
 
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -23,10 +21,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conversion"))
-import cli  # noqa: E402
-import state_dict  # noqa: E402
-import verifiers  # noqa: E402
+from attention_zoo_keras.conversion import cli  # noqa: E402
+from attention_zoo_keras.conversion import state_dict  # noqa: E402
+from attention_zoo_keras.conversion import verifiers  # noqa: E402
 
 TINY = dict(
     hidden_size=16, num_attention_heads=2, attention_head_size=8, feed_forward_size=32, lsh_attn_chunk_length=4,

@@ -1,14 +1,13 @@
 """The `transformer_xl_wt103` preset end to end on the local hub (the
 fixture checkpoint published where the preset points, with a vocabulary
-pickle written the way `transformers` 4.37 writes it), `python -m
-conversion convert` of a `.bin` checkpoint, and refusal of vocabulary pickles that name
+pickle written the way `transformers` 4.37 writes it), `azk-convert
+convert` of a `.bin` checkpoint, and refusal of vocabulary pickles that name
 anything but plain data."""
 
 import collections
 import os
 import pickle
 import shutil
-import sys
 from pathlib import Path
 
 import keras
@@ -18,11 +17,10 @@ import torch
 from safetensors.numpy import load_file
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.conversion import cli
 from attention_zoo_keras.hub import PresetFileError
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "conversion"))
-import cli  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "transfo_xl"
 WT103_REPO = "transfo-xl/transfo-xl-wt103"  # where presets/transformer_xl_wt103.json points
