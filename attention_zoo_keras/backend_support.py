@@ -197,7 +197,7 @@ def compile_inference(function, variables):
     return function
 
 
-def compile_step(step, variables):
+def compile_step(step, variables, on_new_signature=None):
     """`step`, the model call a decoding loop repeats, made cheap per call.
 
     Under JAX and TensorFlow it is returned as is: the loop around it is
@@ -216,6 +216,13 @@ def compile_step(step, variables):
         step: a function of (nested structures of) tensors returning
             (nested structures of) tensors.
         variables: every Keras variable `step` reads.
+        on_new_signature: called with a signature (the arguments' nesting
+            and a `(shape, dtype)` per input tensor) before it is recorded,
+            under torch.
+
+    Returns:
+        A function with `step`'s arguments and results; under torch it has
+        the attribute `signatures`: the recorded signatures (a live view).
     """
     if backend_name() != "torch":
         return step
@@ -226,8 +233,12 @@ def compile_step(step, variables):
     def traced_step(*args):
         flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
         weights = [variable.value.detach() for variable in variables]
-        signature = tuple((tuple(t.shape), t.dtype) for t in flat_args)
+        # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
+        nesting = repr(keras.tree.map_structure(lambda _: "", args))
+        signature = (nesting, tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in flat_args))
         if signature not in traces:
+            if on_new_signature is not None:
+                on_new_signature(signature)
             output_structure = []
 
             def flat_step(*inputs):
@@ -247,6 +258,7 @@ def compile_step(step, variables):
         traced, structure = traces[signature]
         return keras.tree.pack_sequence_as(structure, list(traced(*weights, *flat_args)))
 
+    traced_step.signatures = traces.keys()
     return traced_step
 
 
@@ -474,12 +486,37 @@ def relaxes_traced_shapes():
     return backend_name() == "tensorflow"
 
 
-def fixes_batch_shapes():
-    """Whether this backend's Keras data adapter fixes the shapes of a
-    `keras.utils.PyDataset`'s batches from its first two batches (TensorFlow
-    builds its `tf.data` signature from them, keras-team/keras#19124), so
-    that batches of raw inputs must all share one width."""
-    return backend_name() == "tensorflow"
+def batches_of_any_width(batches):
+    """`batches` (a `keras.utils.PyDataset` whose batches may differ in
+    width, e.g. text padded per batch to a bucket length) in a form this
+    backend's `fit` / `evaluate` / `predict` take whatever the widths.
+
+    On TensorFlow, Keras' `PyDataset` adapter fixes every array's shape from
+    the first two batches (keras-team/keras#19124), so a later, wider batch
+    is refused. There the batches become a `tf.data.Dataset` (of the same
+    length, calling the dataset's epoch hooks) whose arrays of rank 2
+    (token ids, masks, segment ids, per-token weights) have their second
+    axis unknown too; arrays of other ranks keep their shapes but the batch
+    axis. Elsewhere `batches` is returned as it is.
+    """
+    if backend_name() != "tensorflow":
+        return batches
+    import tensorflow as tf
+
+    def spec(array):
+        array = np.asarray(array)
+        shape = (None, None) if array.ndim == 2 else (None, *array.shape[1:])
+        return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+
+    def generate():
+        batches.on_epoch_begin()
+        for index in range(len(batches)):
+            yield batches[index]
+        batches.on_epoch_end()
+
+    signature = tf.nest.map_structure(spec, batches[0])
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
 
 
 def supports_custom_gradients():

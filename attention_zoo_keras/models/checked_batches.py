@@ -22,6 +22,8 @@ import types
 import keras
 import numpy as np
 
+from attention_zoo_keras import backend_support
+
 
 class BatchCheck:
     """A model's checks of one batch (`x`, `(x,)`, `(x, y)` or
@@ -137,11 +139,14 @@ def checked(data, check):
     """`data` whose batches pass `check` as they are produced: a generator,
     a `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
     is wrapped; anything else is returned as it is (concrete arrays are
-    checked whole, before the loop)."""
+    checked whole, before the loop). A `PyDataset` whose `widths_vary`
+    (raw inputs padded per batch) becomes what this backend takes with
+    batches of any width (`backend_support.batches_of_any_width`)."""
     if isinstance(data, types.GeneratorType):
         return _checked_generator(data, check)
     if isinstance(data, keras.utils.PyDataset):
-        return CheckedPyDataset(data, check)
+        batches = CheckedPyDataset(data, check)
+        return backend_support.batches_of_any_width(batches) if getattr(data, "widths_vary", False) else batches
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(data, tf.data.Dataset):
         return _checked_tf_dataset(data, check, tf)

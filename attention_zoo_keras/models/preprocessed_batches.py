@@ -37,6 +37,9 @@ class PreprocessedBatches(keras.utils.PyDataset):
     the model cannot take) by wrapping this dataset (`checked_batches`).
     """
 
+    # Each batch is padded to its own longest row's bucket (`padding="buckets"`).
+    widths_vary = True
+
     def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.preprocessor = preprocessor

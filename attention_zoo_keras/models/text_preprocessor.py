@@ -19,7 +19,6 @@ shape per bucket. `padding="max_length"` pads every batch to
 
 import numpy as np
 
-from attention_zoo_keras import backend_support
 from attention_zoo_keras.models.preprocessor import Preprocessor
 from attention_zoo_keras.naming import did_you_mean
 from attention_zoo_keras.tokenizers.tokenizer import checked_texts
@@ -117,11 +116,7 @@ class TextPreprocessor(Preprocessor):
             `"max_length"`: pad every batch to `sequence_length`. `None`
             takes the class's `default_padding` (`"buckets"`; the Reformer's
             preprocessors, whose chunked attention is shaped by the length,
-            `"max_length"`), except on TensorFlow, where it is
-            `"max_length"` unless `bucket_lengths` are given: Keras' data
-            adapter there fixes the batch shape from the first two batches
-            of `fit` / `predict` (keras-team/keras#19124), so a later, wider
-            batch would be refused.
+            `"max_length"`).
         bucket_lengths: with `"buckets"`, the lengths a batch may be padded
             to; `None` takes the powers of two from 16 (16, 32, 64, ...).
     """
@@ -131,8 +126,7 @@ class TextPreprocessor(Preprocessor):
     def __init__(self, tokenizer, padding=None, bucket_lengths=None):
         super().__init__(tokenizer)
         if padding is None:
-            fixed = bucket_lengths is None and backend_support.fixes_batch_shapes()
-            padding = "max_length" if fixed else self.default_padding
+            padding = self.default_padding
         self.padding, self.bucket_lengths = check_padding(padding, bucket_lengths)
 
     def get_config(self):

@@ -179,11 +179,10 @@ def _counting(model, method):
     return calls
 
 
-@pytest.mark.skipif(
-    keras.backend.backend() != "jax",
-    reason="torch runs eagerly (nothing is traced); TensorFlow pads raw batches to sequence_length by default",
-)
+@pytest.mark.skipif(keras.backend.backend() == "torch", reason="torch runs eagerly (nothing is traced)")
 def test_fit_and_predict_trace_once_per_bucket():
+    """JAX compiles a step per width; TensorFlow gets the batches with their
+    width unknown (`backend_support.batches_of_any_width`) and traces once."""
     keras.utils.set_random_seed(0)
     preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40)
     classifier = azk.models.BertTextClassifier(tiny_bert(), num_classes=2, preprocessor=preprocessor, dropout=0.0)
@@ -197,8 +196,14 @@ def test_fit_and_predict_trace_once_per_bucket():
     classifier.fit(texts, labels, batch_size=4, epochs=2, shuffle=False, verbose=0)
     predict_traces = _counting(classifier, "predict_step")
     classifier.predict(texts, batch_size=4, verbose=0)
+    traced_by_the_first_call = len(predict_traces)
     classifier.predict(texts[::-1], batch_size=4, verbose=0)
-    assert len(train_traces) == len(predict_traces) == len(widths)  # one compiled step per shape
+    if keras.backend.backend() == "tensorflow":
+        classifier.predict([text(35)] * 4, batch_size=4, verbose=0)  # a third width, 40
+        assert len(train_traces) == 1
+        assert len(predict_traces) == traced_by_the_first_call  # no new trace for any width
+    else:
+        assert len(train_traces) == len(predict_traces) == len(widths)  # one compiled step per shape
 
 
 def test_fit_takes_later_batches_wider_than_the_first_two():

@@ -7,7 +7,6 @@ import warnings
 import numpy as np
 import pytest
 
-from attention_zoo_keras import backend_support
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer import TransformerTokenizer
 from attention_zoo_keras.tokenizers.sentencepiece_model import UNKNOWN
@@ -16,8 +15,6 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import SentencePieceMode
 from attention_zoo_keras.tokenizers.sentencepiece_model import unigram_tokenizer
 from tests.models.transformer.test_transformer_tokenizer import TEXTS
 
-# The documented default: TensorFlow's data adapter fixes batch shapes (keras#19124).
-DEFAULT_PADDING = "max_length" if backend_support.fixes_batch_shapes() else "buckets"
 
 # Shared ids: </s> 0, <unk> 1, source words 2-4, target words 5-8, <pad> 9.
 VOCABULARY = {
@@ -98,7 +95,7 @@ def test_config_resolves_the_start_token():
     config = _preprocessor().get_config()
     assert config == {
         "encoder_sequence_length": 5, "decoder_sequence_length": 6, "decoder_start_token_id": 9,
-        "padding": DEFAULT_PADDING, "bucket_lengths": None,
+        "padding": "buckets", "bucket_lengths": None,
     }
 
 

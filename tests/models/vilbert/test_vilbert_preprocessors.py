@@ -7,7 +7,6 @@ import keras
 import numpy as np
 import pytest
 
-from attention_zoo_keras import backend_support
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.bert import BertPreprocessor
 from attention_zoo_keras.models.bert import BertTokenizer
@@ -19,8 +18,6 @@ from attention_zoo_keras.models.vilbert import ViLBERTRetrievalPreprocessor
 from attention_zoo_keras.models.vilbert import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.models.vilbert.vilbert_region_inputs import region_inputs
 
-# The documented default: TensorFlow's data adapter fixes batch shapes (keras#19124).
-DEFAULT_PADDING = "max_length" if backend_support.fixes_batch_shapes() else "buckets"
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
     "what", "colour", "is", "the", "sofa", "a", "red", "car", "dog", "on", "grass", "?",
@@ -62,7 +59,7 @@ def test_task_id_adds_task_ids(tokenizer):
     features = preprocessor({"text": ["a red car", "a dog"], "regions": regions, "boxes": boxes, "image_size": (90, 100)})
     np.testing.assert_array_equal(features["task_ids"], [[1], [1]])
     assert preprocessor.get_config() == {
-        "sequence_length": 8, "max_regions": 5, "task_id": 1, "padding": DEFAULT_PADDING, "bucket_lengths": None
+        "sequence_length": 8, "max_regions": 5, "task_id": 1, "padding": "buckets", "bucket_lengths": None
     }
 
 
