@@ -232,7 +232,7 @@ def compile_step(step, variables, on_new_signature=None):
 
     def traced_step(*args):
         flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
-        weights = [variable.value.detach() for variable in variables]
+        weights = [variable.value for variable in variables]
         # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
         nesting = repr(keras.tree.map_structure(lambda _: "", args))
         signature = (nesting, tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in flat_args))

@@ -6,20 +6,27 @@ backend (benchmarks/run_bert_benchmark.sh does all three). Weights are random:
 nothing is downloaded.
 
 Contenders (all BERT-base: vocab 30522, 12 layers, 12 heads, hidden 768,
-intermediate 3072, 512 positions, 2 segments, dropout 0.1):
+intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
+4 layers, 2 heads, hidden 128, intermediate 512):
 
 * ``ours``: ``attention_zoo_keras.models.BertBackbone``.
+* ``ours_eager`` (torch only, inference): the same model called eagerly,
+  ``model(inputs, training=False)``, as in a notebook.
 * ``keras_hub``: ``keras_hub.models.BertBackbone``.
 * ``transformers`` (torch backend only): ``transformers.BertModel`` with
   ``attn_implementation="sdpa"``.
+* ``transformers_compiled`` (torch only, inference): the same under
+  ``torch.compile`` (transformers at its best).
 
 Measured, per contender:
 
 * inference: the Keras models go through the same call path,
   ``model.predict_on_batch(inputs)`` (a ``jax.jit``-compiled stateless call on
   JAX; a ``tf.function``, XLA-compiled when ``jit_compile`` resolves to True,
-  on TensorFlow; eager under ``torch.no_grad()`` on torch); transformers runs
-  ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
+  on TensorFlow; on torch ours replays a ``torch.jit.trace`` of the forward
+  pass recorded once per input shape, KerasHub runs eagerly under
+  ``torch.no_grad()``); transformers runs ``model(**inputs)`` in eval mode
+  under ``torch.no_grad()``.
 * training: one optimizer step on the mean squared error of the pooled output
   against zeros, Adam(1e-5), dropout active. Keras models:
   ``model.train_on_batch`` after ``compile``; transformers: a manual
@@ -67,6 +74,9 @@ BERT_BASE = dict(
     max_sequence_length=512,
     num_segments=2,
 )
+# A small encoder (--small): 4 layers, 128 wide, where per-op dispatch,
+# not arithmetic, sets the speed (the CPU target of issue 20).
+SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_dim=512)
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 
@@ -90,14 +100,17 @@ def parse_args(argv=None):
         help="`jit_compile` given to compile() of both Keras models",
     )
     parser.add_argument(
-        "--contenders", default="ours,keras_hub,transformers",
-        help="comma-separated subset of ours,keras_hub,transformers",
+        "--contenders", default="ours,ours_eager,keras_hub,transformers,transformers_compiled",
+        help="comma-separated subset of ours,ours_eager,keras_hub,transformers,transformers_compiled "
+        "(ours_eager: `model(inputs, training=False)`, inference only; transformers_compiled: "
+        "`torch.compile` of the transformers model, inference only; both torch only)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
         "--no-padding", action="store_true",
         help="every row full length (default: rows of random length in [seq_len/2, seq_len])",
     )
+    parser.add_argument("--small", action="store_true", help="a 4-layer, 128-wide encoder instead of BERT-base")
     parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
@@ -224,6 +237,33 @@ def transformers_steps(inputs, config):
     return model, infer, train, path
 
 
+def transformers_compiled_steps(inputs, config):
+    """transformers at its best for inference: `torch.compile` of the eval
+    model (inductor, default mode); no training step."""
+    import torch
+
+    model, infer, _, _ = transformers_steps(inputs, config)
+    model.eval()
+    model.forward = torch.compile(model.forward)
+    return model, infer, None, "torch.compile(model.forward), eval + torch.no_grad() (sdpa); inference only"
+
+
+def ours_eager_steps(model, inputs):
+    """Ours called eagerly as in a notebook, `model(inputs, training=False)`
+    under `torch.no_grad()`: Keras' per-layer dispatch on every call."""
+    import keras
+    import torch
+
+    tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
+
+    def infer():
+        with torch.no_grad():
+            outputs = model(tensors, training=False)
+        return {name: keras.ops.convert_to_numpy(value) for name, value in outputs.items()}
+
+    return infer
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -238,12 +278,13 @@ def main(argv=None):
     label = args.backend_label or backend
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if backend != "torch" and "transformers" in contenders:
-        contenders.remove("transformers")
+    if backend != "torch":
+        contenders = [name for name in contenders if name not in ("transformers", "transformers_compiled", "ours_eager")]
 
-    config = TINY if args.tiny else BERT_BASE
+    config = TINY if args.tiny else SMALL if args.small else BERT_BASE
     inputs = make_inputs(args.batch_size, args.seq_len, config["vocabulary_size"], args.no_padding)
-    print(f"# {'TINY smoke test' if args.tiny else 'BERT-base'} benchmark, backend={label}")
+    size = "TINY smoke test" if args.tiny else "small (4 layers, 128 wide)" if args.small else "BERT-base"
+    print(f"# {size} benchmark, backend={label}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
     print(
@@ -272,9 +313,15 @@ def main(argv=None):
         results[name] = {}
         try:
             start = time.perf_counter()
-            if name == "transformers":
-                model, infer, train, path = transformers_steps(inputs, config)
+            if name in ("transformers", "transformers_compiled"):
+                build = transformers_steps if name == "transformers" else transformers_compiled_steps
+                model, infer, train, path = build(inputs, config)
                 params = sum(p.numel() for p in model.parameters())
+            elif name == "ours_eager":
+                model = build_ours(config)
+                infer, train = ours_eager_steps(model, inputs), None
+                path = "model(inputs, training=False) under torch.no_grad(); inference only"
+                params = model.count_params()
             else:
                 model = build_ours(config) if name == "ours" else build_keras_hub(config)
                 infer, train, path = keras_steps(model, inputs, args.jit_compile, config)
@@ -294,6 +341,8 @@ def main(argv=None):
     }
     for mode in modes:
         for name in list(steps):
+            if steps[name][mode] is None:
+                continue  # a contender timed in the other mode only
             try:
                 start = time.perf_counter()
                 checks[mode](steps[name][mode]())
@@ -309,7 +358,7 @@ def main(argv=None):
         for repeat in range(args.repeats):
             shift = repeat % max(len(names), 1)
             for name in names[shift:] + names[:shift]:
-                if name not in steps:
+                if name not in steps or steps[name][mode] is None:
                     continue
                 try:
                     cpu_start, start = time.process_time(), time.perf_counter()
@@ -322,6 +371,8 @@ def main(argv=None):
                 results[name][mode]["times_s"].append(wall)
                 results[name][mode]["cpu_s"].append(cpu)
         for name in steps:
+            if mode not in results[name]:
+                continue
             entry = results[name][mode]
             entry["median_s"] = statistics.median(entry["times_s"])
             entry["min_s"] = min(entry["times_s"])
@@ -345,6 +396,9 @@ def main(argv=None):
     for name, entry in results.items():
         cells = []
         for mode in modes:
+            if "error" not in entry and mode not in entry:
+                cells += ["-"] * 6  # not timed in this mode
+                continue
             if "error" in entry or "median_s" not in entry.get(mode, {}):
                 cells += ["failed", "-", "-", "-", "-", "-"]
                 continue

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Sets up ./.venv and runs the test suite once per Keras backend.
-# Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow".
+# Sets up ./.venv and runs the test suite once per Keras backend, each run on
+# $TEST_WORKERS pytest-xdist processes (default: one per core, at most 4).
+#
+# The end-to-end tests (marked `slow`: training runs that must learn, the
+# wheel, the docstring examples) run on torch only: what they exercise per
+# backend (fit, generate, parity) the other tests check on all three, so
+# their runs on JAX and TensorFlow would add minutes and no coverage.
+# Extra arguments go to pytest after these, so they win: e.g.
+# scripts/test.sh -m "not slow" skips the end-to-end tests everywhere.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_env.sh || exit 1
 . .venv/bin/activate
 export TF_CPP_MIN_LOG_LEVEL=2
 
+cores=$(python -c "import os; print(len(os.sched_getaffinity(0)))")
+workers=${TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+
 failed=()
 for backend in jax tensorflow torch; do
   echo "=== KERAS_BACKEND=$backend ==="
-  KERAS_BACKEND=$backend python -m pytest -q -p no:cacheprovider "$@" || failed+=("$backend")
+  selection=()
+  [ "$backend" != torch ] && selection=(-m "not slow")
+  start=$SECONDS
+  KERAS_BACKEND=$backend python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
+    "${selection[@]}" "$@" || failed+=("$backend")
+  echo "=== KERAS_BACKEND=$backend took $(( SECONDS - start )) s ==="
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "Tests failed on: ${failed[*]}"

@@ -32,6 +32,7 @@ def _modules():
         yield importlib.import_module(info.name)
 
 
+@pytest.mark.slow  # every example of the package: minutes, and the same code the other tests cover per backend
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -94,7 +94,6 @@ def test_pair_tokenization_and_truncation_match_transformers(tiny_bert_checkpoin
     np.testing.assert_array_equal(ours["padding_mask"], theirs["attention_mask"])
 
 
-@pytest.mark.slow
 def test_real_minilm_sentence_embeddings_and_token_ids(minilm_dir):
     sentences = [
         "A man is eating food.",

@@ -125,9 +125,17 @@ def right_padded(prompts):
 
 
 def greedy_by_full_passes(lm, prompt, new_tokens):
+    """Greedy decoding by a full forward pass per new token, with no cache.
+    Each pass reads a right-padded buffer of one fixed length (a causal model's
+    logits at a position do not see later positions), so eager backends
+    compile its ops for one shape, not one per length."""
     sequence = list(prompt)
+    buffer_length = max(16, len(prompt) + new_tokens)
     for _ in range(new_tokens):
-        logits = full_logits(lm, [sequence])[0, -1]
+        token_ids = np.zeros((1, buffer_length), "int32")
+        token_ids[0, : len(sequence)] = sequence
+        padding_mask = (np.arange(buffer_length) < len(sequence)).astype("int32")[None]
+        logits = numpy(lm({"token_ids": token_ids, "padding_mask": padding_mask}))[0, len(sequence) - 1]
         assert np.sort(logits)[-1] - np.sort(logits)[-2] > 1e-3  # no near-tie to decide by rounding
         sequence.append(int(np.argmax(logits)))
     return sequence
