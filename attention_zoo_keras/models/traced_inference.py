@@ -10,7 +10,9 @@ mixin records the forward pass once per input signature with
 `backend_support.compile_step` (`torch.jit.trace`, the weights passed as
 inputs so later training is seen) and replays it, so a `predict` over many
 batches pays Keras' dispatch once per shape bucket instead of once per
-batch. Bucketed padding (`TextPreprocessor`) keeps the shapes few.
+batch. After `compile(jit_compile=True)` the recorded forward pass is
+compiled by TorchInductor instead (slow to compile, fastest to run).
+Bucketed padding (`TextPreprocessor`) keeps the shapes few.
 
 Eager calls (`model(x)`) are unchanged.
 """
@@ -45,20 +47,46 @@ class TracedInference:
         return [] if forward is None else list(forward.signatures)
 
     def _inference_forward(self):
-        """The recorded `self(x, training=False)`, made once."""
+        """The recorded `self(x, training=False)`, made once per compiler:
+        TorchInductor after `compile(jit_compile=True)`, else a trace."""
+        compiler = "inductor" if self.compiled and self.jit_compile else "trace"
         forward = self.__dict__.get("_traced_forward")
-        if forward is None:
+        if forward is None or forward.compiler != compiler:
             name = type(self).__name__
 
             def announce(signature):
                 shapes = ", ".join(f"{dtype}{list(shape)}" for shape, dtype in signature[1])
-                logger.info("%s: recording the forward pass for inputs %s (once per input shape).", name, shapes)
+                logger.info(
+                    "%s: recording the forward pass for inputs %s (%s, once per input shape).",
+                    name, shapes, "compiled by TorchInductor" if compiler == "inductor" else "torch.jit.trace",
+                )
 
             forward = backend_support.compile_step(
-                lambda x: self(x, training=False), self.variables, on_new_signature=announce
+                lambda x: self(x, training=False), self.variables, on_new_signature=announce, compiler=compiler
             )
+            forward.compiler = compiler
             self.__dict__["_traced_forward"] = forward
         return forward
+
+    def _made_without_keras_compile(self, make, force):
+        """`make(force)` (Keras' `make_predict_function` or
+        `make_test_function`) with Keras' own `torch.compile` of the step
+        left out under `jit_compile=True` on torch: that is dynamo over Keras'
+        Python, which breaks its graph and recompiles on every call; the
+        step compiles its forward pass itself (`_inference_forward`)."""
+        if backend_support.backend_name() != "torch" or not self.jit_compile:
+            return make(force)
+        self._jit_compile = False
+        try:
+            return make(force)
+        finally:
+            self._jit_compile = True
+
+    def make_predict_function(self, force=False):
+        return self._made_without_keras_compile(super().make_predict_function, force)
+
+    def make_test_function(self, force=False):
+        return self._made_without_keras_compile(super().make_test_function, force)
 
     def predict_step(self, data):
         if backend_support.backend_name() != "torch":
