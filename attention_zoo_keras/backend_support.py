@@ -197,7 +197,7 @@ def compile_inference(function, variables):
     return function
 
 
-def compile_step(step, variables, on_new_signature=None, compiler="trace"):
+def compile_step(step, variables):
     """`step`, the model call a decoding loop repeats, made cheap per call.
 
     Under JAX and TensorFlow it is returned as is: the loop around it is
@@ -212,45 +212,22 @@ def compile_step(step, variables, on_new_signature=None, compiler="trace"):
     (`torch.jit.trace` is deprecated in favour of `torch.export`, which cannot
     yet trace through Keras layers' Python; the torch version is pinned.)
 
-    With `compiler="inductor"` the step is recorded instead as an FX graph
-    of aten operations (`make_fx`, which like a trace runs the Python once
-    on the real tensors, so Keras' Python costs nothing) and compiled by
-    `torch.compile` (TorchInductor: fused kernels, C++ on the CPU, Triton on
-    CUDA): seconds to tens of seconds per signature, then faster than the
-    trace's replay. Dynamo sees only that graph of torch operations, so
-    nothing of Keras' Python breaks or re-triggers it.
-
     Args:
         step: a function of (nested structures of) tensors returning
             (nested structures of) tensors.
         variables: every Keras variable `step` reads.
-        on_new_signature: called with a signature (the arguments' nesting
-            and a `(shape, dtype)` per input tensor) before it is recorded,
-            under torch.
-        compiler: under torch, `"trace"` (`torch.jit.trace`, recorded in
-            about the time of one eager call) or `"inductor"`.
-
-    Returns:
-        A function with `step`'s arguments and results; under torch it has
-        the attribute `signatures`: the recorded signatures (a live view).
     """
     if backend_name() != "torch":
         return step
-    if compiler not in ("trace", "inductor"):
-        raise ValueError(f"compiler must be 'trace' or 'inductor'; got {compiler!r}.")
     import torch
 
     traces = {}
 
     def traced_step(*args):
         flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
-        weights = [variable.value for variable in variables]
-        # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
-        nesting = repr(keras.tree.map_structure(lambda _: "", args))
-        signature = (nesting, tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in flat_args))
+        weights = [variable.value.detach() for variable in variables]
+        signature = tuple((tuple(t.shape), t.dtype) for t in flat_args)
         if signature not in traces:
-            if on_new_signature is not None:
-                on_new_signature(signature)
             output_structure = []
 
             def flat_step(*inputs):
@@ -265,18 +242,11 @@ def compile_step(step, variables, on_new_signature=None, compiler="trace"):
                 # design (one trace per signature); the API is deprecated.
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 warnings.simplefilter("ignore", DeprecationWarning)
-                if compiler == "trace":
-                    traced = torch.jit.trace(flat_step, (*weights, *flat_args), check_trace=False)
-                else:
-                    from torch.fx.experimental.proxy_tensor import make_fx
-
-                    graph = make_fx(flat_step)(*weights, *flat_args)
-                    traced = torch.compile(graph, dynamic=False)
+                traced = torch.jit.trace(flat_step, (*weights, *flat_args), check_trace=False)
             traces[signature] = (traced, output_structure[0])
         traced, structure = traces[signature]
         return keras.tree.pack_sequence_as(structure, list(traced(*weights, *flat_args)))
 
-    traced_step.signatures = traces.keys()
     return traced_step
 
 

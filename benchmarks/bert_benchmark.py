@@ -23,10 +23,8 @@ Measured, per contender:
 * inference: the Keras models go through the same call path,
   ``model.predict_on_batch(inputs)`` (a ``jax.jit``-compiled stateless call on
   JAX; a ``tf.function``, XLA-compiled when ``jit_compile`` resolves to True,
-  on TensorFlow; on torch ours replays a ``torch.jit.trace`` of the forward
-  pass recorded once per input shape, KerasHub runs eagerly under
-  ``torch.no_grad()``); transformers runs ``model(**inputs)`` in eval mode
-  under ``torch.no_grad()``.
+  on TensorFlow; eager under ``torch.no_grad()`` on torch); transformers runs
+  ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
 * training: one optimizer step on the mean squared error of the pooled output
   against zeros, Adam(1e-5), dropout active. Keras models:
   ``model.train_on_batch`` after ``compile``; transformers: a manual
