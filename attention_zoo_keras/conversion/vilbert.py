@@ -500,12 +500,13 @@ def run(args):
             if skipped:
                 heads = sorted({name.split(".", 1)[0] for name in skipped})
                 print(f"skipped {len(skipped)} tensors of heads not converted: {', '.join(heads)}")
+            head_task_ids = _head_task_ids(models, tasks, preprocessor) if len(models) > 1 else {}
             if len(models) == 1:
                 models[0].save_to_preset(staging)
             else:
                 save_preset_with_heads(
                     models[0].backbone, models, staging, preprocessor=preprocessor,
-                    head_preprocessor_settings=_head_task_ids(models, tasks, preprocessor),
+                    head_preprocessor_settings=head_task_ids,
                 )
             record_source(staging, f"the authors' {Path(args.checkpoint).name} (vilbert-multi-task)", LICENSE)
             difference = verify(models, staging, preprocessor)
@@ -515,7 +516,7 @@ def run(args):
     except (ConversionError, PresetFileError) as error:
         print(f"FAILED: {error} Nothing saved.", file=sys.stderr)
         return 1
-    _report(models, preprocessor, tasks, args.dest)
+    _report(models, preprocessor, head_task_ids, args.dest)
     return 0
 
 
@@ -528,8 +529,9 @@ def _head_task_ids(models, tasks, preprocessor):
     return {type(model).__name__: {"task_id": TASKS[task].task_id} for model, task in zip(models, tasks)}
 
 
-def _report(models, preprocessor, tasks, dest):
-    """Prints what was saved and how each task loads from it."""
+def _report(models, preprocessor, head_task_ids, dest):
+    """Prints what was saved and how each task loads from it
+    (`head_task_ids` as saved, see `_head_task_ids`)."""
     names = [type(model).__name__ for model in models]
     if len(models) == 1:
         print(f"saved {names[0]} ({models[0].count_params():,} parameters) to {dest}")
@@ -543,7 +545,6 @@ def _report(models, preprocessor, tasks, dest):
         return
     print(f"preprocessor: {type(preprocessor).__name__} (sequence_length {preprocessor.sequence_length}, "
           f"max_regions {preprocessor.max_regions}, task_id {getattr(preprocessor, 'task_id', None)})")
-    head_task_ids = _head_task_ids(models, tasks, preprocessor) if len(models) > 1 else {}
     if head_task_ids:
         ids = ", ".join(f"{name} {settings['task_id']}" for name, settings in head_task_ids.items())
         print(f"each head loads with the task id it was trained with ({ids})")
