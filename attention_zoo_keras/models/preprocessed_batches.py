@@ -37,9 +37,6 @@ class PreprocessedBatches(keras.utils.PyDataset):
     the model cannot take) by wrapping this dataset (`checked_batches`).
     """
 
-    # Each batch is padded to its own longest row's bucket (`padding="buckets"`).
-    widths_vary = True
-
     def __init__(self, preprocessor, x, y=None, sample_weight=None, batch_size=32, shuffle=False, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.preprocessor = preprocessor
@@ -55,6 +52,13 @@ class PreprocessedBatches(keras.utils.PyDataset):
         self._order = np.arange(self.num_examples)
         if shuffle:
             self._rng.shuffle(self._order)
+
+    @property
+    def widths_vary(self):
+        """Whether batches may differ in width: a text preprocessor with
+        `padding="buckets"` pads each batch to its longest row's bucket
+        (with `"max_length"`, and for images, every batch has one shape)."""
+        return getattr(self.preprocessor, "padding", "max_length") != "max_length"
 
     def __len__(self):
         return math.ceil(self.num_examples / self.batch_size)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "great", "film", "the", "plot", "was", "dull"]
 WORDS = VOCABULARY[5:]
@@ -130,7 +131,23 @@ def test_fixed_length_models_keep_padding_to_sequence_length():
         features = preprocessor(["Hi"])
         features = features[0] if isinstance(features, tuple) else features
         assert features["token_ids"].shape == (1, 64)
+        assert not PreprocessedBatches(preprocessor, ["Hi", "Hello"]).widths_vary  # static shapes reach the graph
     assert azk.models.ReformerBackbone.static_sequence_length
+    assert PreprocessedBatches(azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40), ["Hi"]).widths_vary
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="only TensorFlow graphs see an unknown width")
+def test_a_bucketed_reformer_on_tensorflow_is_told_to_pad_to_max_length():
+    from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
+
+    backbone = azk.models.ReformerBackbone(
+        vocabulary_size=258, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16, attention_layers=["local"],
+        local_chunk_length=8, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4),
+    )
+    preprocessor = azk.models.ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=32, padding="buckets")
+    classifier = azk.models.ReformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match='padding="max_length"'):
+        classifier.predict(["Hi", "Hello", "a" * 20, "b" * 24], batch_size=2, verbose=0)  # widths 16, 32
 
 
 def test_padding_settings_survive_a_preset(tmp_path):

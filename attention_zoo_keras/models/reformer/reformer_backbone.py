@@ -73,7 +73,9 @@ class ChunkPadding(keras.layers.Layer):
         if length is None:
             raise ValueError(
                 "The Reformer needs a static sequence length (LSH and local attention are shaped by it); got "
-                f"token_ids of shape {tuple(token_ids.shape)}."
+                f"token_ids of shape {tuple(token_ids.shape)}. Batches padded to varying widths (a "
+                'preprocessor with padding="buckets") reach a TensorFlow graph with an unknown width: '
+                'use padding="max_length".'
             )
         padding = padded_length(length, self.chunk_lengths) - length
         if padding == 0:
