@@ -24,8 +24,9 @@ def is_concrete(value):
     """Whether `value` holds real numbers now (not a symbolic or traced tensor).
 
     Numpy arrays, Python lists and eager tensors are concrete; Keras symbolic
-    tensors, JAX tracers, TensorFlow graph tensors and torch tensors on the
-    meta device (used by Keras for shape inference) are not.
+    tensors, JAX tracers, TensorFlow graph tensors, torch tensors on the
+    meta device (used by Keras for shape inference) and torch tensors met
+    while `torch.compile` or `torch.jit.trace` records a program are not.
     """
     if isinstance(value, (np.ndarray, np.generic, list, tuple, int)):
         return True
@@ -43,7 +44,7 @@ def is_concrete(value):
     if backend == "torch":
         import torch
 
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
             return False
         return isinstance(value, torch.Tensor) and value.device.type != "meta"
     return False
@@ -197,57 +198,101 @@ def compile_inference(function, variables):
     return function
 
 
-def compile_step(step, variables):
-    """`step`, the model call a decoding loop repeats, made cheap per call.
+def compile_step(step, variables, on_new_signature=None):
+    """`step`, a model call repeated with few input shapes, made cheap per call.
 
     Under JAX and TensorFlow it is returned as is: the loop around it is
-    compiled whole (`compile_inference`). Under torch the loop runs in
-    Python and Keras' per-layer call machinery would cost more than the
-    matrix products of a one-token step (GPT-2 small, batch 1: 70 ms eager
-    against 24 ms traced on 2 CPU cores), so `step` is recorded once per
-    input signature with `torch.jit.trace` and replayed: the weights are
-    inputs of the trace (mapped onto `variables` with a `StatelessScope`, so
-    the trace never holds stale weights) and the cache position is a tensor,
-    so one trace serves every step. `step` must not branch on tensor values.
-    (`torch.jit.trace` is deprecated in favour of `torch.export`, which cannot
-    yet trace through Keras layers' Python; the torch version is pinned.)
+    compiled whole (`compile_inference`, Keras' compiled `predict`). Under
+    torch Keras runs every layer call through its Python machinery, which
+    for a small model or a one-token decoding step costs more than the
+    matrix products (GPT-2 small, batch 1: 70 ms eager against 24 ms traced
+    on 2 CPU cores), so `step` is recorded once per input signature with
+    `torch.jit.trace` and replayed:
+
+    * the weights are inputs of the trace (mapped onto `variables` with a
+      `StatelessScope`), so the trace never holds stale weights;
+    * variables that `step` assigns (a stream memory) are outputs of the
+      trace, assigned after each replay;
+    * a step that draws random numbers (assigns a Keras
+      `SeedGenerator`'s `seed_generator_state`) would replay one frozen
+      draw, so its signature runs eagerly instead.
+
+    Shapes and Python branches are baked into a trace, so `step` must not
+    branch on tensor values; a cache position is passed as a tensor so that
+    one trace serves every step. (`torch.jit.trace` is deprecated in favour
+    of `torch.export`, which cannot yet trace through Keras layers' Python;
+    the torch version is pinned.)
 
     Args:
         step: a function of (nested structures of) tensors returning
             (nested structures of) tensors.
         variables: every Keras variable `step` reads.
+        on_new_signature: called with a signature (the arguments' nesting
+            and a `(shape, dtype)` per input tensor) before it is recorded,
+            under torch.
+
+    Returns:
+        A function with `step`'s arguments and results; under torch it has
+        the attribute `signatures`: the recorded signatures (a live view).
     """
     if backend_name() != "torch":
         return step
-    import torch
-
     traces = {}
 
     def traced_step(*args):
         flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
         weights = [variable.value.detach() for variable in variables]
-        signature = tuple((tuple(t.shape), t.dtype) for t in flat_args)
+        # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
+        nesting = repr(keras.tree.map_structure(lambda _: "", args))
+        signature = (nesting, tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in flat_args))
         if signature not in traces:
-            output_structure = []
+            if on_new_signature is not None:
+                on_new_signature(signature)
+            traces[signature] = _torch_trace(step, args, variables, weights, flat_args)
+        recorded = traces[signature]
+        if recorded is None:  # the step draws random numbers
+            return step(*args)
+        traced, structure, assigned = recorded
+        flat_outputs = traced(*weights, *flat_args)
+        num_outputs = len(flat_outputs) - len(assigned)
+        for index, value in zip(assigned, flat_outputs[num_outputs:]):
+            variables[index].assign(value)
+        return keras.tree.pack_sequence_as(structure, list(flat_outputs[:num_outputs]))
 
-            def flat_step(*inputs):
-                values, flat = inputs[: len(weights)], inputs[len(weights) :]
-                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-                    outputs = step(*keras.tree.pack_sequence_as(args, list(flat)))
-                output_structure.append(outputs)
-                return tuple(keras.tree.flatten(outputs))
-
-            with warnings.catch_warnings():
-                # Shapes and Python constants are baked into the trace by
-                # design (one trace per signature); the API is deprecated.
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                traced = torch.jit.trace(flat_step, (*weights, *flat_args), check_trace=False)
-            traces[signature] = (traced, output_structure[0])
-        traced, structure = traces[signature]
-        return keras.tree.pack_sequence_as(structure, list(traced(*weights, *flat_args)))
-
+    traced_step.signatures = traces.keys()
     return traced_step
+
+
+def _torch_trace(step, args, variables, weights, flat_args):
+    """`step(*args)` recorded by `torch.jit.trace` as a function of
+    `(*weights, *flat_args)` returning its flat outputs and then the new
+    values of the variables it assigned; returns `(trace, output nesting,
+    indices of the assigned variables)`, or `None` if `step` draws random
+    numbers (see `compile_step`)."""
+    import torch
+
+    recorded = {}
+
+    def flat_step(*inputs):
+        values, flat = inputs[: len(weights)], inputs[len(weights) :]
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))) as scope:
+            initial = [scope.get_current_value(variable) for variable in variables]
+            outputs = step(*keras.tree.pack_sequence_as(args, list(flat)))
+        final = [scope.get_current_value(variable) for variable in variables]
+        assigned = [index for index, value in enumerate(final) if value is not initial[index]]
+        recorded.update(structure=outputs, assigned=assigned)
+        recorded["draws_random_numbers"] = any(variables[i].name == "seed_generator_state" for i in assigned)
+        return (*keras.tree.flatten(outputs), *(final[index] for index in assigned))
+
+    with warnings.catch_warnings():
+        # Shapes and Python constants are baked into the trace by design
+        # (one trace per signature); the API is deprecated.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        traced = torch.jit.trace(flat_step, (*weights, *flat_args), check_trace=False)
+    if recorded["draws_random_numbers"]:
+        return None
+    return traced, recorded["structure"], recorded["assigned"]
 
 
 def materialize(x):

@@ -14,6 +14,7 @@ from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.input_validation import ValidatesInputs
+from attention_zoo_keras.models.traced_inference import TracedInference
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.registration import deserialize
@@ -30,7 +31,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, keras.Model):
+class Task(ValidatesInputs, TracedInference, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph

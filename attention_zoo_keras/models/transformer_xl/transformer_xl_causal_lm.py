@@ -193,6 +193,12 @@ class TransformerXLCausalLM(CausalLM):
             inputs = {**inputs, "reset_memory": None}  # optional: no row starts afresh
         return super().__call__(inputs, *args, **kwargs)
 
+    def call(self, inputs, *args, **kwargs):
+        # JAX's compiled steps reach `call` through `stateless_call`, not `__call__`.
+        if isinstance(inputs, dict) and "reset_memory" not in inputs:
+            inputs = {**inputs, "reset_memory": None}
+        return super().call(inputs, *args, **kwargs)
+
     def default_compile_arguments(self):
         return {
             "optimizer": keras.optimizers.Adam(2.5e-4, clipnorm=0.25),
