@@ -107,28 +107,38 @@ def mask_for_fused_attention(mask, query_length, key_length):
     return keras.ops.broadcast_to(mask, tuple(keras.ops.shape(mask)[:-2]) + (query_length, key_length))
 
 
-def fused_attention_with_dropout():
-    """A fused kernel that also drops out attention probabilities, or `None`.
+def native_fused_attention():
+    """The backend's fused attention kernel called directly, or `None`
+    where `keras.ops.dot_product_attention` is the way to it.
 
-    `keras.ops.dot_product_attention` takes no dropout, so training with
-    attention dropout would otherwise need the unfused path. PyTorch's
-    `scaled_dot_product_attention` applies dropout inside the kernel (with
-    torch's own random generator, which `keras.utils.set_random_seed` seeds).
-    The returned function takes `(query, key, value, mask, scale,
-    dropout_rate)` with `(batch, length, heads, head_dim)` tensors and a
-    boolean mask broadcastable to `(batch, heads, query_length, key_length)`.
+    PyTorch's `scaled_dot_product_attention`: it drops out attention
+    probabilities inside the kernel (`keras.ops.dot_product_attention`
+    takes no dropout; torch's own random generator is used, which
+    `keras.utils.set_random_seed` seeds), and it reads strided (transposed)
+    inputs, where Keras' torch `dot_product_attention` copies the query,
+    key and value to contiguous memory at every call whenever it does not
+    pick the flash kernel (always with a mask on a CPU: about 6 % of a
+    Marian-sized decoding step, mostly copying the key/value caches). The
+    returned function takes `(query, key, value, mask, scale,
+    dropout_rate=0.0, is_causal=False)` with `(batch, length, heads,
+    head_dim)` tensors and a boolean mask broadcastable to `(batch, heads,
+    query_length, key_length)`, or `None` (with `is_causal`, the kernel's
+    own causal mode). The mask enters as a large negative bias, as
+    in Keras, so a query that may attend nowhere averages the values on
+    every backend (a boolean mask would give torch zeros there).
     """
-    return _torch_attention_with_dropout if backend_name() == "torch" else None
+    return _torch_attention if backend_name() == "torch" else None
 
 
-def _torch_attention_with_dropout(query, key, value, mask, scale, dropout_rate):
+def _torch_attention(query, key, value, mask, scale, dropout_rate=0.0, is_causal=False):
     import torch
 
     query, key, value = (torch.transpose(keras.ops.convert_to_tensor(t), 1, 2) for t in (query, key, value))
     if mask is not None:
         mask = keras.ops.convert_to_tensor(mask, dtype="bool")
+        mask = torch.where(mask, 0.0, -0.7 * torch.finfo(query.dtype).max).to(query.dtype)
     output = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout_rate, scale=scale
+        query, key, value, attn_mask=mask, dropout_p=dropout_rate, is_causal=is_causal, scale=scale
     )
     return torch.transpose(output, 1, 2)
 
@@ -562,7 +572,7 @@ def seeded_global_random(seed):
     library code draws from it, is seeded from `seed` (a Keras seed, an
     integer tensor of shape `(2,)`), and restored afterwards.
 
-    Only torch has such a draw: `fused_attention_with_dropout` lets
+    Only torch has such a draw: `native_fused_attention` lets
     `scaled_dot_product_attention` drop out with torch's generator. Running
     the same computation twice under the same `seed` (as a reversible
     layer's recomputation does) then drops the same entries. Elsewhere all

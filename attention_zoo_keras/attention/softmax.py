@@ -84,21 +84,21 @@ def softmax_attention(
         key_length = ops.shape(key)[1]
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    fused = not (training and dropout_rate > 0.0)
-    if fused and attention_mask is None and is_causal and query.shape[1] is not None and query.shape[1] == key.shape[1]:
-        # The kernels' own causal mode (FlashAttention on torch, cuDNN's
-        # causal attention on JAX) rather than a boolean mask they must read.
-        return _fused_attention(query, key, value, scale, is_causal=True)
-    mask = _combined_mask(attention_mask, is_causal, query_length, key_length)
+    dropout_rate = dropout_rate if training else 0.0
+    # Causal self-attention: the kernels' own causal mode (FlashAttention on
+    # torch, cuDNN's causal attention on JAX) rather than a mask they must read.
+    own_causal_mode = (
+        attention_mask is None and is_causal and query.shape[1] is not None and query.shape[1] == key.shape[1]
+    )
+    mask = None if own_causal_mode else _combined_mask(attention_mask, is_causal, query_length, key_length)
     if mask is not None:
         mask = ops.cast(mask, "bool")
-    if fused:
+    native = backend_support.native_fused_attention()
+    if native is not None:  # torch: dropout inside the kernel, strided inputs read in place
+        return native(query, key, value, mask, scale, dropout_rate, is_causal=own_causal_mode)
+    if dropout_rate == 0.0:
         mask = backend_support.mask_for_fused_attention(mask, query_length, key_length)
-        return _fused_attention(query, key, value, scale, mask=mask)
-    fused_with_dropout = backend_support.fused_attention_with_dropout()
-    if fused_with_dropout is not None:
-        return fused_with_dropout(query, key, value, mask, scale, dropout_rate)
-
+        return _fused_attention(query, key, value, scale, mask=mask, is_causal=own_causal_mode)
     logits = ops.einsum("btnh,bsnh->bnts", query, key) * ops.cast(scale, query.dtype)
     if mask is not None:
         logits = ops.where(mask, logits, masked_logit(logits.dtype))

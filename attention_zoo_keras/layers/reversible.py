@@ -104,7 +104,7 @@ class ReversibleSequence(keras.layers.Layer):
     generator (`seed`), and the branches run with those seeds in the forward
     pass and again in the recomputation, so dropout masks agree. Under torch,
     where the fused attention drops out with torch's global generator
-    (`backend_support.fused_attention_with_dropout`), each branch also runs
+    (`backend_support.native_fused_attention`), each branch also runs
     with that generator seeded from a per-call seed of its own, and restored
     afterwards (`backend_support.seeded_global_random`). Both modes use the
     same seeds: with the same `seed`, `recompute=True` and `recompute=False`

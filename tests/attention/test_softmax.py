@@ -61,19 +61,50 @@ def test_causal_mask_aligns_last_query_with_last_key():
     np.testing.assert_array_equal(mask, [[True, True, True, False], [True, True, True, True]])
 
 
-def test_inference_uses_fused_kernel(qkv, monkeypatch):
+def _spy_on_the_fused_kernel(monkeypatch):
+    """Records the calls of the kernel `softmax_attention` uses: torch's
+    `scaled_dot_product_attention` (called directly), elsewhere
+    `keras.ops.dot_product_attention`."""
     calls = []
-    fused = keras.ops.dot_product_attention
+    if keras.backend.backend() == "torch":
+        import torch
+
+        owner, name = torch.nn.functional, "scaled_dot_product_attention"
+    else:
+        owner, name = keras.ops, "dot_product_attention"
+    kernel = getattr(owner, name)
 
     def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return fused(*args, **kwargs)
+        calls.append((args, kwargs))
+        return kernel(*args, **kwargs)
 
-    monkeypatch.setattr(keras.ops, "dot_product_attention", spy)
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
+def test_inference_uses_fused_kernel(qkv, monkeypatch):
+    calls = _spy_on_the_fused_kernel(monkeypatch)
     attention.softmax_attention(*qkv, dropout_rate=0.5, training=False)
     assert len(calls) == 1
     attention.softmax_attention(*qkv, dropout_rate=0.5, training=True, seed_generator=keras.random.SeedGenerator(1))
-    assert len(calls) == 1, "attention dropout: torch's fused kernel with dropout, or the einsum path"
+    if keras.backend.backend() == "torch":
+        assert len(calls) == 2 and calls[1][1]["dropout_p"] == 0.5, "torch's fused kernel drops out itself"
+    else:
+        assert len(calls) == 1, "attention dropout: the einsum path"
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's kernel is called directly")
+def test_torch_kernel_reads_the_inputs_in_place(qkv, monkeypatch):
+    """Keras' torch `dot_product_attention` copies query, key and value to
+    contiguous memory when a mask keeps the flash kernel out; called
+    directly, the kernel reads transposed views of them."""
+    calls = _spy_on_the_fused_kernel(monkeypatch)
+    query, key, value = (keras.ops.convert_to_tensor(t) for t in qkv)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)[:, None, None, :]
+    attention.softmax_attention(query, key, value, attention_mask=mask)
+    (kernel_query, kernel_key, kernel_value), _ = calls[0]
+    for given, seen in ((query, kernel_query), (key, kernel_key), (value, kernel_value)):
+        assert seen.data_ptr() == given.data_ptr() and not seen.is_contiguous()
 
 
 def test_dropout_path_at_negligible_rate_equals_inference_path(qkv):
