@@ -167,6 +167,27 @@ def write_rows(buffer, start, update):
     return keras.ops.slice_update(buffer, starts, keras.ops.cast(update, buffer.dtype))
 
 
+def fill_columns(scores, columns, value):
+    """`scores` `(batch, vocabulary)` with the `columns` (a list of ints)
+    set to `value`, as a decoding loop suppresses token ids at every step.
+
+    Under torch the loop runs eagerly and this writes the few columns in
+    place (`index_fill_`): a `where` would read and write every score, one
+    pass over `batch × vocabulary` floats per step (about 14 ms a step for
+    4 beams of 16 Marian sentences on 2 CPU cores). `scores` must be a
+    fresh tensor the caller owns. Under JAX and TensorFlow it is a `where`
+    that XLA fuses with its neighbours.
+    """
+    if backend_name() == "torch":
+        import torch
+
+        scores = keras.ops.convert_to_tensor(scores)
+        return scores.index_fill_(1, torch.tensor(columns, device=scores.device), value)
+    vocabulary = keras.ops.arange(keras.ops.shape(scores)[-1])
+    chosen = keras.ops.any(vocabulary[:, None] == keras.ops.convert_to_tensor(list(columns))[None, :], axis=-1)
+    return keras.ops.where(chosen[None, :], keras.ops.cast(value, scores.dtype), scores)
+
+
 def compile_inference(function, variables):
     """`function` compiled for repeated inference on this backend.
 

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
@@ -271,12 +272,16 @@ class TransformerSeq2SeqLM(GenerativeTask):
         row may write (`index + 1 == end − 1`), every id but the forced end
         token at −∞ (and the end token at 0)."""
         suppressed, forced_id = rules
-        vocabulary = ops.arange(ops.shape(scores)[-1])
         if suppressed:
-            banned = ops.any(vocabulary[:, None] == ops.convert_to_tensor(list(suppressed))[None, :], axis=-1)
-            scores = ops.where(banned[None, :], _NEG, scores)
+            scores = backend_support.fill_columns(scores, list(suppressed), _NEG)
         if forced_id >= 0:
             last = ops.equal(index + 1, end_positions - 1)[:, None]
-            forced = ops.where(vocabulary == forced_id, 0.0, _NEG)[None, :]
-            scores = ops.where(last, ops.cast(forced, scores.dtype), scores)
+
+            def forced_end():
+                vocabulary = ops.arange(ops.shape(scores)[-1])
+                forced = ops.where(vocabulary == forced_id, 0.0, _NEG)[None, :]
+                return ops.where(last, ops.cast(forced, scores.dtype), scores)
+
+            # Only the last step of a row forces; the other steps skip the pass over every score.
+            scores = ops.cond(ops.any(last), forced_end, lambda: scores)
         return scores
