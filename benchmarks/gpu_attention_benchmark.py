@@ -110,6 +110,51 @@ CALLS = ("ours", "fused-form", "native")
 TORCH_CALLS = ("ours", "fused-form", "fused-form-auto", "native")
 
 
+def accelerator(backend_name):
+    """`"gpu"`, `"tpu"` or `"cpu"`: where the backend places new tensors."""
+    backend = backend_name
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    if backend == "torch":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return "cpu"
+
+
+def fused_attention_kernel(backend_name):
+    """Names the kernel `keras.ops.dot_product_attention` runs on this machine.
+
+    Keras dispatches to the backend's own fused implementation; on GPU it
+    may further pick a flash-attention kernel. JAX: cuDNN's fused attention
+    for fp16/bf16 only, and only when the mask is absent or already
+    `(..., T, S)` (cuDNN takes the mask as a bias of exactly `(T, S)`; a
+    broadcastable `(B, 1, 1, S)` mask makes Keras fall back to XLA's unfused
+    attention, which `mask_for_fused_attention` avoids); float32 always runs
+    on XLA. torch: SDPA picks FlashAttention,
+    cuDNN or memory-efficient attention (float32 too). Measured in
+    `benchmarks/gpu_attention_benchmark.py`.
+    """
+    backend = backend_name
+    device = accelerator(backend_name)
+    if backend == "jax":
+        kernel = "jax.nn.dot_product_attention"
+        if device != "gpu":
+            return f"{kernel} (xla)"
+        return f"{kernel} (cudnn fused attention for fp16/bf16 with no mask or a (..., T, S) mask; xla otherwise)"
+    if backend == "torch":
+        return f"torch.nn.functional.scaled_dot_product_attention ({device})"
+    if backend == "tensorflow":
+        return f"keras tensorflow dot_product_attention ({device}, xla-fusable)"
+    return "keras.ops.dot_product_attention"
+
+
 def calls_for(backend):
     """The attention calls compared on `backend` (fused-form-auto differs
     from fused-form on torch only)."""
@@ -935,7 +980,7 @@ def main(argv=None):
         "backend": rt.backend, "device": device_name(rt), "gpu": rt.gpu,
         "versions": versions(rt.backend, extra=["jax-cuda13-plugin", "jax-cuda12-plugin", "nvidia-cudnn-cu13"]),
         "python": platform.python_version(),
-        "backend_support.fused_attention_kernel": backend_support.fused_attention_kernel(),
+        "fused_attention_kernel": fused_attention_kernel(backend_support.backend_name()),
         "args": {k: v for k, v in vars(args).items()},
     }
     if rt.backend == "jax":
@@ -957,8 +1002,8 @@ def main(argv=None):
     print(f"# GPU attention benchmark, KERAS_BACKEND={rt.backend}{' (TINY smoke test)' if args.tiny else ''}")
     print(f"device: {results['device']}; python {results['python']}; "
           + ", ".join(f"{k} {v}" for k, v in results["versions"].items()))
-    print(f"cuDNN: {results['cudnn_version']}; backend_support.fused_attention_kernel(): "
-          f"{results['backend_support.fused_attention_kernel']}")
+    print(f"cuDNN: {results['cudnn_version']}; fused attention kernel: "
+          f"{results['fused_attention_kernel']}")
     if not rt.gpu:
         print("NOTE: no GPU for this backend: no fused GPU kernel can run; numbers are a smoke test only.")
     sys.stdout.flush()

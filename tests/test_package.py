@@ -4,6 +4,7 @@ import doctest
 import importlib
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 import zipfile
@@ -33,6 +34,23 @@ def _modules():
 
 
 @pytest.mark.slow  # every example of the package: minutes, and the same code the other tests cover per backend
+def test_only_backend_support_imports_a_backend():
+    """Backend-specific code lives in `attention_zoo_keras/backend_support/`;
+    everything else is written against `keras.ops`. (The conversion tools
+    read `transformers` checkpoints with torch as a file format and a
+    reference, whatever the Keras backend.)"""
+    package = ROOT / "attention_zoo_keras"
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(("backend_support/", "conversion/")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*(import|from)\s+(jax|jaxlib|tensorflow|torch)\b", line):
+                offenders.append(f"{relative}:{number}: {line.strip()}")
+    assert offenders == []
+
+
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -16,6 +16,7 @@ from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.traced_inference import TracedInference
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
+from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.registration import deserialize
 from attention_zoo_keras.registration import serialize
@@ -58,7 +59,7 @@ class Task(ValidatesInputs, TracedInference, keras.Model):
 
     def default_compile_arguments(self):
         """`{"optimizer", "loss", "metrics"}` used for any `"auto"` argument."""
-        return {"optimizer": "adam", "loss": None, "metrics": None}
+        return {"optimizer": FusedAdam(), "loss": None, "metrics": None}
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto", **kwargs):
         """`keras.Model.compile` with this task's defaults for `"auto"` arguments."""

@@ -11,6 +11,7 @@ pairs it with Adam, β1 = 0.9, β2 = 0.98, ε = 1e-9 (`transformer_schedule`).
 import keras
 from keras import ops
 
+from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
 
 
@@ -68,7 +69,8 @@ def transformer_schedule(hidden_dim, warmup_steps=4000, scale=1.0, **adam_overri
             `clipnorm=1.0` or `beta_2=0.997`; not `learning_rate`.
 
     Returns:
-        A `keras.optimizers.Adam` whose learning rate is a `TransformerSchedule`.
+        A `FusedAdam` (Keras' Adam, fused on torch) whose learning rate is a
+        `TransformerSchedule`.
 
     Example:
 
@@ -85,4 +87,4 @@ def transformer_schedule(hidden_dim, warmup_steps=4000, scale=1.0, **adam_overri
         )
     arguments = {"beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-9, **adam_overrides}
     schedule = TransformerSchedule(hidden_dim, warmup_steps=warmup_steps, scale=scale)
-    return keras.optimizers.Adam(learning_rate=schedule, **arguments)
+    return FusedAdam(learning_rate=schedule, **arguments)

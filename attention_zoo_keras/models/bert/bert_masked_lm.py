@@ -8,6 +8,7 @@ from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_masked_lm_preprocessor import BertMaskedLMPreprocessor
 from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 
@@ -58,7 +59,7 @@ class BertMaskedLM(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -7,6 +7,7 @@ from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 
@@ -55,7 +56,7 @@ class BertTextClassifier(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -13,6 +13,7 @@ from keras import ops
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 POOLING_MODES = ("mean", "cls")
@@ -58,7 +59,7 @@ class BertTextEmbedder(Task):
         self.normalize = normalize
 
     def default_compile_arguments(self):
-        return {"optimizer": keras.optimizers.AdamW(2e-5), "loss": keras.losses.CosineSimilarity()}
+        return {"optimizer": FusedAdamW(2e-5), "loss": keras.losses.CosineSimilarity()}
 
     def get_config(self):
         config = super().get_config()

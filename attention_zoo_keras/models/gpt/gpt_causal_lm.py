@@ -10,6 +10,7 @@ from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 
@@ -45,7 +46,7 @@ class GPTCausalLM(CausalLM):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

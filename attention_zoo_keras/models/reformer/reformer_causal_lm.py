@@ -36,6 +36,7 @@ from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_backbone import padded_length
 from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerCausalLMPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
 
 
@@ -53,7 +54,7 @@ def language_model_head(backbone):
 def language_model_compile_arguments():
     """`compile()`'s defaults for the Reformer's language models."""
     return {
-        "optimizer": keras.optimizers.Adam(1e-4),
+        "optimizer": FusedAdam(1e-4),
         "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     }

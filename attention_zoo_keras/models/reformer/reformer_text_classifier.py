@@ -20,6 +20,7 @@ from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
 from attention_zoo_keras.models.task import Task
+from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class ReformerTextClassifier(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.Adam(1e-4),
+            "optimizer": FusedAdam(1e-4),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -23,6 +23,7 @@ from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.text_preprocessor import as_text_list
 from attention_zoo_keras.models.transformer.transformer_backbone import TransformerBackbone
 from attention_zoo_keras.models.transformer.transformer_preprocessor import TransformerSeq2SeqLMPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 # Sources are padded to a multiple of this for generation, so that batches
@@ -99,7 +100,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(5e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -29,6 +29,7 @@ from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import Tr
 from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import distance_encodings
 from attention_zoo_keras.models.transformer_xl.transformer_xl_preprocessor import TransformerXLCausalLMPreprocessor
 from attention_zoo_keras.models.transformer_xl.transformer_xl_preprocessor import stream_segments
+from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
 
 DEFAULT_STREAM_BATCH_SIZE = 8
@@ -201,7 +202,7 @@ class TransformerXLCausalLM(CausalLM):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.Adam(2.5e-4, clipnorm=0.25),
+            "optimizer": FusedAdam(2.5e-4, clipnorm=0.25),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "weighted_metrics": [Perplexity()],
         }

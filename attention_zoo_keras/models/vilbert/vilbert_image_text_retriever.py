@@ -25,6 +25,7 @@ from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
 from attention_zoo_keras.models.vilbert.vilbert_preprocessor import ViLBERTRetrievalPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 
@@ -150,7 +151,7 @@ class ViLBERTImageTextRetriever(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(2e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(2e-5, weight_decay=0.01),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -39,6 +39,7 @@ from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
 from attention_zoo_keras.models.vilbert.vilbert_losses import ViLBERTRegionKLDivergence
 from attention_zoo_keras.models.vilbert.vilbert_pretrainer_preprocessor import ViLBERTPretrainerPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 # The Visual Genome classes of the authors' Faster R-CNN (1600 + background).
@@ -190,7 +191,7 @@ class ViLBERTPretrainer(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(1e-4, weight_decay=0.01),
+            "optimizer": FusedAdamW(1e-4, weight_decay=0.01),
             "loss": {
                 "token_logits": keras.losses.SparseCategoricalCrossentropy(
                     from_logits=True, reduction="mean_with_sample_weight"

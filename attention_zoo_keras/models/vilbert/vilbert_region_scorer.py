@@ -25,6 +25,7 @@ from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
 from attention_zoo_keras.models.vilbert.vilbert_preprocessor import ViLBERTPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 # The additive mask the authors put on padded regions' logits.
@@ -119,7 +120,7 @@ class ViLBERTRegionScorer(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(4e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(4e-5, weight_decay=0.01),
             "loss": SummedBinaryCrossentropy(),
             "metrics": [keras.metrics.MeanMetricWrapper(region_hit, name="accuracy")],
         }

@@ -31,6 +31,7 @@ from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_fusion import fuse_pooled_outputs
 from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
 from attention_zoo_keras.models.vilbert.vilbert_preprocessor import ViLBERTPreprocessor
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 VQA_NUM_ANSWERS = 3129
@@ -139,7 +140,7 @@ class ViLBERTVisualQuestionAnswerer(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(4e-5, weight_decay=0.01),
+            "optimizer": FusedAdamW(4e-5, weight_decay=0.01),
             "loss": SummedBinaryCrossentropy(),
             "metrics": [keras.metrics.MeanMetricWrapper(vqa_score, name="vqa_score")],
         }

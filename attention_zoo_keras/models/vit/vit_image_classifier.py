@@ -13,6 +13,7 @@ from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
 from attention_zoo_keras.models.vit.vit_image_converter import ViTImageConverter
+from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 
 POOLINGS = ("token", "mean")
@@ -89,7 +90,7 @@ class ViTImageClassifier(Task):
 
     def default_compile_arguments(self):
         return {
-            "optimizer": keras.optimizers.AdamW(1e-4, weight_decay=0.05),
+            "optimizer": FusedAdamW(1e-4, weight_decay=0.05),
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

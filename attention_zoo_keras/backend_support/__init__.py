@@ -1,0 +1,56 @@
+"""The one place that knows which backend Keras runs on.
+
+Everything else in the library is written against `keras.ops`. The questions
+whose answer depends on the backend live here, one concern per module:
+
+- `environment`: the backend, whether a value is concrete (so
+  its contents can be checked before entering a compiled graph);
+- `attention_kernels`: calling the fused attention kernels;
+- `compiled_decoding`: compiled decoding loops and recorded steps, in-place
+  buffer writes;
+- `fused_optimizers`: optimizer updates as one fused kernel;
+- `gradients`: vector-Jacobian products and custom gradients;
+- `randomness`: the backend's own global generator, seeded;
+- `keras_workarounds`: help Keras' training loops need on one backend.
+
+Backend modules are imported only when they are the active backend, so
+importing this library under JAX or PyTorch never imports TensorFlow.
+"""
+
+from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
+from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
+from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
+from attention_zoo_keras.backend_support.compiled_decoding import compile_step
+from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
+from attention_zoo_keras.backend_support.compiled_decoding import materialize
+from attention_zoo_keras.backend_support.compiled_decoding import write_rows
+from attention_zoo_keras.backend_support.environment import backend_name
+from attention_zoo_keras.backend_support.environment import is_concrete
+from attention_zoo_keras.backend_support.environment import relaxes_traced_shapes
+from attention_zoo_keras.backend_support.environment import supports_custom_gradients
+from attention_zoo_keras.backend_support.fused_optimizers import fused_adam_update
+from attention_zoo_keras.backend_support.gradients import custom_gradient_from_outputs
+from attention_zoo_keras.backend_support.gradients import vjp
+from attention_zoo_keras.backend_support.keras_workarounds import batches_of_any_width
+from attention_zoo_keras.backend_support.keras_workarounds import variables_restored_on_error
+from attention_zoo_keras.backend_support.randomness import seeded_global_random
+
+__all__ = [
+    "backend_name",
+    "batches_of_any_width",
+    "compile_inference",
+    "compile_step",
+    "custom_gradient_from_outputs",
+    "fill_columns",
+    "fused_adam_update",
+    "is_concrete",
+    "mask_for_fused_attention",
+    "materialize",
+    "native_fused_attention",
+    "relaxes_traced_shapes",
+    "seeded_global_random",
+    "supports_custom_gradients",
+    "vjp",
+    "variables_restored_on_error",
+    "write_rows",
+]

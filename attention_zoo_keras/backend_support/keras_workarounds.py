@@ -1,0 +1,78 @@
+"""Where Keras' training loops need help on one backend: weights kept usable
+after a failed `fit`, and batches whose width varies on TensorFlow."""
+
+import contextlib
+
+import numpy as np
+
+from attention_zoo_keras.backend_support.environment import backend_name
+
+
+@contextlib.contextmanager
+def variables_restored_on_error(model):
+    """Runs a Keras `fit` / `evaluate` / `predict` of `model` so that an
+    exception in the middle (a bad batch from a preprocessor) leaves the
+    model usable.
+
+    On JAX, Keras detaches every variable's value while those loops run (the
+    compiled steps take the state as arguments and donate it) and reattaches
+    the latest state at the end; an exception in between would leave the
+    variables empty. Here the latest state Keras kept (`_jax_state`) is put
+    back, and variables the loop had not reached yet get the value they had
+    before the call (references, not copies: buffers the loop donated are
+    not held). Other backends keep their variables attached.
+    """
+    if backend_name() != "jax":
+        yield
+        return
+    optimizer = getattr(model, "optimizer", None)
+    variables = [
+        *model.trainable_variables,
+        *model.non_trainable_variables,
+        *(optimizer.variables if optimizer is not None else ()),
+        *model.metrics_variables,
+    ]
+    before = [(variable, variable._value) for variable in variables]
+    try:
+        yield
+    except BaseException:
+        if getattr(model, "_jax_state", None):
+            model.jax_state_sync()
+        for variable, value in before:
+            if variable._value is None:
+                variable._value = value
+        model._jax_state = None
+        raise
+
+
+def batches_of_any_width(batches):
+    """`batches` (a `keras.utils.PyDataset` whose batches may differ in
+    width, e.g. text padded per batch to a bucket length) in a form this
+    backend's `fit` / `evaluate` / `predict` take whatever the widths.
+
+    On TensorFlow, Keras' `PyDataset` adapter fixes every array's shape from
+    the first two batches (keras-team/keras#19124), so a later, wider batch
+    is refused. There the batches become a `tf.data.Dataset` (of the same
+    length, calling the dataset's epoch hooks) whose arrays of rank 2
+    (token ids, masks, segment ids, per-token weights) have their second
+    axis unknown too; arrays of other ranks keep their shapes but the batch
+    axis. Elsewhere `batches` is returned as it is.
+    """
+    if backend_name() != "tensorflow":
+        return batches
+    import tensorflow as tf
+
+    def spec(array):
+        array = np.asarray(array)
+        shape = (None, None) if array.ndim == 2 else (None, *array.shape[1:])
+        return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+
+    def generate():
+        batches.on_epoch_begin()
+        for index in range(len(batches)):
+            yield batches[index]
+        batches.on_epoch_end()
+
+    signature = tf.nest.map_structure(spec, batches[0])
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))

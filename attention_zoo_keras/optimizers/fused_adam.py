@@ -1,0 +1,62 @@
+"""Adam and AdamW whose torch update is one fused kernel (Kingma & Ba, 2015,
+"Adam: A Method for Stochastic Optimization"; Loshchilov & Hutter, 2019,
+"Decoupled Weight Decay Regularization"):
+
+    m ← β₁m + (1 − β₁)g,   v ← β₂v + (1 − β₂)g²
+    θ ← θ − α·√(1 − β₂ᵗ)/(1 − β₁ᵗ) · m / (√v + ε)
+
+Keras' own Adam on torch makes eight passes over every variable per step;
+these make one (`backend_support.fused_adam_update`). The results are
+Keras' to float rounding, and on JAX and TensorFlow (where XLA fuses the
+update) they are `keras.optimizers.Adam` / `AdamW` unchanged.
+"""
+
+import keras
+
+from attention_zoo_keras.backend_support import fused_adam_update
+from attention_zoo_keras.registration import register
+
+
+class FusedAdamStep:
+    """Mixin for `keras.optimizers.Adam` and its subclasses: the update step
+    through the backend's fused kernel when it has one (not with
+    `amsgrad`, and only for variables of one dtype and device); Keras'
+    own step otherwise."""
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        update = fused_adam_update()
+        variables = [variable.value for variable in trainable_variables]
+        if update is None or self.amsgrad or len({(v.dtype, v.device) for v in variables}) != 1:
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        index = self._get_variable_index
+        update(
+            variables,
+            [keras.ops.convert_to_tensor(grad) for grad in grads],
+            [self._momentums[index(variable)].value for variable in trainable_variables],
+            [self._velocities[index(variable)].value for variable in trainable_variables],
+            float(keras.ops.convert_to_numpy(learning_rate)),
+            int(keras.ops.convert_to_numpy(self.iterations)) + 1,
+            float(self.beta_1),
+            float(self.beta_2),
+            float(self.epsilon),
+        )
+
+
+@register
+class FusedAdam(FusedAdamStep, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` (same arguments and results) with a fused
+    update on torch; the library's tasks compile with it by default.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> model.compile(optimizer=FusedAdam(1e-3), loss="mse")
+    >>> history = model.fit(np.ones((4, 3)), np.zeros((4, 1)), verbose=0)
+    """
+
+
+@register
+class FusedAdamW(FusedAdamStep, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` (same arguments and results) with a fused
+    Adam update on torch; the decoupled weight decay stays Keras'."""

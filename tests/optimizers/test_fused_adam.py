@@ -1,0 +1,60 @@
+"""`FusedAdam` / `FusedAdamW` compute Keras' Adam / AdamW (on torch through
+one fused kernel), with schedules, clipping and weight decay."""
+
+import keras
+import numpy as np
+import pytest
+
+from attention_zoo_keras.optimizers import FusedAdam
+from attention_zoo_keras.optimizers import FusedAdamW
+from attention_zoo_keras.optimizers import TransformerSchedule
+
+
+def _trained_weights(optimizer):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5), keras.layers.Dense(2)])
+    model.compile(optimizer=optimizer, loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+    model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)  # 16 steps
+    return model.get_weights()
+
+
+@pytest.mark.parametrize(
+    "fused, keras_optimizer",
+    [
+        (lambda: FusedAdam(0.01), lambda: keras.optimizers.Adam(0.01)),
+        (lambda: FusedAdam(TransformerSchedule(8, warmup_steps=4), beta_2=0.98, epsilon=1e-9, clipnorm=0.5),
+         lambda: keras.optimizers.Adam(TransformerSchedule(8, warmup_steps=4), beta_2=0.98, epsilon=1e-9, clipnorm=0.5)),
+        (lambda: FusedAdamW(0.01, weight_decay=0.1), lambda: keras.optimizers.AdamW(0.01, weight_decay=0.1)),
+        (lambda: FusedAdam(0.01, amsgrad=True), lambda: keras.optimizers.Adam(0.01, amsgrad=True)),
+    ],
+    ids=["adam", "schedule_and_clipnorm", "adamw", "amsgrad"],
+)
+def test_the_updates_are_keras_adams(fused, keras_optimizer):
+    expected = _trained_weights(keras_optimizer())
+    for actual, reference in zip(_trained_weights(fused()), expected):
+        np.testing.assert_allclose(actual, reference, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's fused kernel")
+def test_torch_runs_one_fused_kernel_per_step(monkeypatch):
+    import torch
+
+    calls = []
+    kernel = torch._fused_adam_
+
+    def counted(*args, **kwargs):
+        calls.append(len(args[0]))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_adam_", counted)
+    _trained_weights(FusedAdam(0.01))
+    assert calls == [4] * 16  # every step, all four variables in one call
+
+
+def test_a_fused_optimizer_survives_serialization():
+    optimizer = FusedAdamW(0.02, weight_decay=0.3, beta_2=0.98)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is FusedAdamW
+    assert (restored.weight_decay, restored.beta_2) == (0.3, 0.98)
