@@ -27,8 +27,10 @@ Measured, per contender:
   ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
 * training: one optimizer step on the mean squared error of the pooled output
   against zeros, Adam(1e-5), dropout active. Keras models:
-  ``model.train_on_batch`` after ``compile``; transformers: a manual
-  forward / backward / ``torch.optim.Adam`` step.
+  ``model.train_on_batch`` after ``compile`` (ours with the library's
+  ``FusedAdam``, which its tasks compile with by default; KerasHub with
+  ``keras.optimizers.Adam``); transformers: a manual forward / backward /
+  ``torch.optim.Adam`` step.
 
 All contenders are built first; each mode is then warmed up (compiled) per
 contender, and the ``--repeats`` timed calls are interleaved round-robin
@@ -147,7 +149,7 @@ def build_keras_hub(config):
     return keras_hub.models.BertBackbone(**config)
 
 
-def keras_steps(model, inputs, jit_compile, config):
+def keras_steps(model, inputs, jit_compile, config, optimizer):
     """The inference and training callables of a Keras backbone, both through
     the public Trainer API so ours and KerasHub's take the same path."""
     import keras
@@ -155,7 +157,7 @@ def keras_steps(model, inputs, jit_compile, config):
 
     jit = {"auto": "auto", "true": True, "false": False}[jit_compile]
     model.compile(
-        optimizer=keras.optimizers.Adam(1e-5),
+        optimizer=optimizer,
         loss={"pooled_output": keras.losses.MeanSquaredError()},
         jit_compile=jit,
     )
@@ -167,7 +169,9 @@ def keras_steps(model, inputs, jit_compile, config):
     def train():
         return model.train_on_batch(inputs, targets)
 
-    return infer, train, f"predict_on_batch / train_on_batch (jit_compile={model.jit_compile})"
+    return infer, train, (
+        f"predict_on_batch / train_on_batch with {type(optimizer).__name__} (jit_compile={model.jit_compile})"
+    )
 
 
 def check_outputs(out, batch_size, seq_len, config):
@@ -322,7 +326,15 @@ def main(argv=None):
                 params = model.count_params()
             else:
                 model = build_ours(config) if name == "ours" else build_keras_hub(config)
-                infer, train, path = keras_steps(model, inputs, args.jit_compile, config)
+                if name == "ours":
+                    from attention_zoo_keras.optimizers import FusedAdam
+
+                    optimizer = FusedAdam(1e-5)
+                else:
+                    import keras
+
+                    optimizer = keras.optimizers.Adam(1e-5)
+                infer, train, path = keras_steps(model, inputs, args.jit_compile, config, optimizer)
                 params = model.count_params()
             results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))
             steps[name] = {"inference": infer, "training": train}
