@@ -110,9 +110,8 @@ CALLS = ("ours", "fused-form", "native")
 TORCH_CALLS = ("ours", "fused-form", "fused-form-auto", "native")
 
 
-def accelerator(backend_name):
-    """`"gpu"`, `"tpu"` or `"cpu"`: where the backend places new tensors."""
-    backend = backend_name
+def accelerator(backend):
+    """`"gpu"`, `"tpu"` or `"cpu"`: where `backend` places new tensors."""
     if backend == "jax":
         import jax
 
@@ -128,8 +127,9 @@ def accelerator(backend_name):
     return "cpu"
 
 
-def fused_attention_kernel(backend_name):
-    """Names the kernel `keras.ops.dot_product_attention` runs on this machine.
+def fused_attention_kernel(backend):
+    """Names the kernel `keras.ops.dot_product_attention` runs on this machine
+    under `backend`.
 
     Keras dispatches to the backend's own fused implementation; on GPU it
     may further pick a flash-attention kernel. JAX: cuDNN's fused attention
@@ -138,11 +138,9 @@ def fused_attention_kernel(backend_name):
     broadcastable `(B, 1, 1, S)` mask makes Keras fall back to XLA's unfused
     attention, which `mask_for_fused_attention` avoids); float32 always runs
     on XLA. torch: SDPA picks FlashAttention,
-    cuDNN or memory-efficient attention (float32 too). Measured in
-    `benchmarks/gpu_attention_benchmark.py`.
+    cuDNN or memory-efficient attention (float32 too).
     """
-    backend = backend_name
-    device = accelerator(backend_name)
+    device = accelerator(backend)
     if backend == "jax":
         kernel = "jax.nn.dot_product_attention"
         if device != "gpu":

@@ -24,9 +24,9 @@ class FusedAdamStep:
     own step otherwise."""
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        update = fused_adam_update()
-        variables = [variable.value for variable in trainable_variables]
-        if update is None or self.amsgrad or len({(v.dtype, v.device) for v in variables}) != 1:
+        update = None if self.amsgrad else fused_adam_update()
+        variables = [] if update is None else [variable.value for variable in trainable_variables]
+        if update is None or len({(v.dtype, v.device) for v in variables}) != 1:
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
         index = self._get_variable_index
         update(
