@@ -10,8 +10,9 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
 4 layers, 2 heads, hidden 128, intermediate 512):
 
 * ``ours``: ``attention_zoo_keras.models.BertBackbone``.
-* ``ours_eager`` (torch only, inference): the same model called eagerly,
-  ``model(inputs, training=False)``, as in a notebook.
+* ``ours_eager`` (torch only): the same model called eagerly,
+  ``model(inputs, training=False)``, as in a notebook, and trained with
+  ``compile(run_eagerly=True)`` (Keras' eager torch step, no recording).
 * ``keras_hub``: ``keras_hub.models.BertBackbone``.
 * ``transformers`` (torch backend only): ``transformers.BertModel`` with
   ``attn_implementation="sdpa"``.
@@ -23,14 +24,17 @@ Measured, per contender:
 * inference: the Keras models go through the same call path,
   ``model.predict_on_batch(inputs)`` (a ``jax.jit``-compiled stateless call on
   JAX; a ``tf.function``, XLA-compiled when ``jit_compile`` resolves to True,
-  on TensorFlow; eager under ``torch.no_grad()`` on torch); transformers runs
+  on TensorFlow; on torch ours replays a recording of the step made once per
+  input shape, compiled by inductor with ``--jit-compile true``, while
+  KerasHub's runs eagerly); transformers runs
   ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
 * training: one optimizer step on the mean squared error of the pooled output
   against zeros, Adam(1e-5), dropout active. Keras models:
   ``model.train_on_batch`` after ``compile`` (ours with the library's
   ``FusedAdam``, which its tasks compile with by default; KerasHub with
   ``keras.optimizers.Adam``); transformers: a manual forward / backward /
-  ``torch.optim.Adam`` step.
+  ``torch.optim.Adam`` step. On torch ours replays its forward and backward
+  pass recorded once per input shape, then applies the fused update.
 
 All contenders are built first; each mode is then warmed up (compiled) per
 contender, and the ``--repeats`` timed calls are interleaved round-robin
@@ -102,8 +106,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--contenders", default="ours,ours_eager,keras_hub,transformers,transformers_compiled",
         help="comma-separated subset of ours,ours_eager,keras_hub,transformers,transformers_compiled "
-        "(ours_eager: `model(inputs, training=False)`, inference only; transformers_compiled: "
-        "`torch.compile` of the transformers model, inference only; both torch only)",
+        "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
+        "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
@@ -149,7 +153,7 @@ def build_keras_hub(config):
     return keras_hub.models.BertBackbone(**config)
 
 
-def keras_steps(model, inputs, jit_compile, config, optimizer):
+def keras_steps(model, inputs, jit_compile, config, optimizer, run_eagerly=False):
     """The inference and training callables of a Keras backbone, both through
     the public Trainer API so ours and KerasHub's take the same path."""
     import keras
@@ -159,7 +163,8 @@ def keras_steps(model, inputs, jit_compile, config, optimizer):
     model.compile(
         optimizer=optimizer,
         loss={"pooled_output": keras.losses.MeanSquaredError()},
-        jit_compile=jit,
+        jit_compile=False if run_eagerly else jit,
+        run_eagerly=run_eagerly,
     )
     targets = {"pooled_output": np.zeros((inputs["token_ids"].shape[0], config["hidden_dim"]), "float32")}
 
@@ -170,7 +175,8 @@ def keras_steps(model, inputs, jit_compile, config, optimizer):
         return model.train_on_batch(inputs, targets)
 
     return infer, train, (
-        f"predict_on_batch / train_on_batch with {type(optimizer).__name__} (jit_compile={model.jit_compile})"
+        f"predict_on_batch / train_on_batch with {type(optimizer).__name__} "
+        f"(jit_compile={model.jit_compile}, run_eagerly={model.run_eagerly})"
     )
 
 
@@ -320,9 +326,15 @@ def main(argv=None):
                 model, infer, train, path = build(inputs, config)
                 params = sum(p.numel() for p in model.parameters())
             elif name == "ours_eager":
+                from attention_zoo_keras.optimizers import FusedAdam
+
                 model = build_ours(config)
-                infer, train = ours_eager_steps(model, inputs), None
-                path = "model(inputs, training=False) under torch.no_grad(); inference only"
+                infer = ours_eager_steps(model, inputs)
+                _, train, _ = keras_steps(model, inputs, "false", config, FusedAdam(1e-5), run_eagerly=True)
+                path = (
+                    "model(inputs, training=False) under torch.no_grad() / "
+                    "train_on_batch with FusedAdam and compile(run_eagerly=True)"
+                )
                 params = model.count_params()
             else:
                 model = build_ours(config) if name == "ours" else build_keras_hub(config)

@@ -6,8 +6,9 @@ whose answer depends on the backend live here, one concern per module:
 - `environment`: the backend, whether a value is concrete (so
   its contents can be checked before entering a compiled graph);
 - `attention_kernels`: calling the fused attention kernels;
-- `compiled_decoding`: compiled decoding loops and recorded steps, in-place
-  buffer writes;
+- `compiled_decoding`: compiled decoding loops, in-place buffer writes;
+- `recorded_steps`: model steps (forward, decoding, training) recorded once
+  per input signature and replayed on torch;
 - `fused_optimizers`: optimizer updates as one fused kernel;
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
@@ -20,7 +21,6 @@ importing this library under JAX or PyTorch never imports TensorFlow.
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
 from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
-from attention_zoo_keras.backend_support.compiled_decoding import compile_step
 from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
 from attention_zoo_keras.backend_support.compiled_decoding import materialize
 from attention_zoo_keras.backend_support.compiled_decoding import write_rows
@@ -34,12 +34,15 @@ from attention_zoo_keras.backend_support.gradients import vjp
 from attention_zoo_keras.backend_support.keras_workarounds import batches_of_any_width
 from attention_zoo_keras.backend_support.keras_workarounds import variables_restored_on_error
 from attention_zoo_keras.backend_support.randomness import seeded_global_random
+from attention_zoo_keras.backend_support.recorded_steps import compile_step
+from attention_zoo_keras.backend_support.recorded_steps import compile_training_step
 
 __all__ = [
     "backend_name",
     "batches_of_any_width",
     "compile_inference",
     "compile_step",
+    "compile_training_step",
     "custom_gradient_from_outputs",
     "fill_columns",
     "fused_adam_update",

@@ -17,7 +17,8 @@ def is_concrete(value):
     Numpy arrays, Python lists and eager tensors are concrete; Keras symbolic
     tensors, JAX tracers, TensorFlow graph tensors, torch tensors on the
     meta device (used by Keras for shape inference) and torch tensors met
-    while `torch.compile` or `torch.jit.trace` records a program are not.
+    while `torch.compile`, `torch.jit.trace` or `make_fx` records a program
+    are not.
     """
     if isinstance(value, (np.ndarray, np.generic, list, tuple, int)):
         return True
@@ -34,8 +35,9 @@ def is_concrete(value):
         return isinstance(value, tf.Tensor) and hasattr(value, "numpy")
     if backend == "torch":
         import torch
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
-        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        if torch.compiler.is_compiling() or torch.jit.is_tracing() or get_proxy_mode() is not None:
             return False
         return isinstance(value, torch.Tensor) and value.device.type != "meta"
     return False

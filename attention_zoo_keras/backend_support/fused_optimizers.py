@@ -34,6 +34,13 @@ def _torch_fused_adam(variables, grads, momentums, velocities, learning_rate, st
     import torch
 
     bias_correction_2 = 1.0 - beta_2**step
+    # The kernel walks a weight and its gradient element by element in
+    # memory order, so both must be laid out alike (autograd's `.grad`
+    # is; a gradient from a recorded backward pass may be a transposed view).
+    grads = [
+        grad if grad.stride() == weight.stride() else torch.empty_like(weight, dtype=grad.dtype).copy_(grad)
+        for weight, grad in zip(variables, grads)
+    ]
     steps = [torch.tensor(float(step), device=variables[0].device)] * len(variables)
     with torch.no_grad():  # the variables are leaves that require gradients
         torch._fused_adam_(
@@ -41,3 +48,4 @@ def _torch_fused_adam(variables, grads, momentums, velocities, learning_rate, st
             lr=learning_rate, beta1=beta_1, beta2=beta_2, weight_decay=0.0, eps=epsilon / bias_correction_2**0.5,
             amsgrad=False, maximize=False,
         )
+

@@ -11,7 +11,7 @@ from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.input_validation import ValidatesInputs
-from attention_zoo_keras.models.traced_inference import TracedInference
+from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.user_warnings import warn
 
@@ -36,7 +36,7 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedInference, keras.Model):
+class Backbone(ValidatesInputs, TracedSteps, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so

@@ -14,7 +14,7 @@ from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.input_validation import ValidatesInputs
-from attention_zoo_keras.models.traced_inference import TracedInference
+from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import check_arguments
@@ -32,7 +32,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedInference, keras.Model):
+class Task(ValidatesInputs, TracedSteps, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph

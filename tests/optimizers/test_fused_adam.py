@@ -58,3 +58,20 @@ def test_a_fused_optimizer_survives_serialization():
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(restored) is FusedAdamW
     assert (restored.weight_decay, restored.beta_2) == (0.3, 0.98)
+
+
+def test_gradients_laid_out_unlike_their_weights_update_the_right_elements():
+    """A recorded backward pass may hand over a kernel's gradient as a
+    transposed view; the update must follow the values, not the memory."""
+    rng = np.random.default_rng(0)
+    initial = rng.normal(size=(3, 4)).astype("float32")
+    gradient = rng.normal(size=(4, 3)).astype("float32")
+    results = []
+    for optimizer in (FusedAdam(0.1), keras.optimizers.Adam(0.1)):
+        weight = keras.Variable(initial)
+        optimizer.build([weight])
+        transposed = keras.ops.transpose(keras.ops.convert_to_tensor(gradient))  # a view on torch
+        for _ in range(2):
+            optimizer.apply([transposed], [weight])
+        results.append(keras.ops.convert_to_numpy(weight))
+    np.testing.assert_allclose(results[0], results[1], atol=1e-6, rtol=1e-5)

@@ -1,10 +1,10 @@
-"""`predict` / `evaluate` on torch replay a recorded forward pass per input
-signature (`TracedInference`): the outputs are the eager call's for every
-family, one recording serves every batch of a shape, later weight changes
-are seen, variables the forward pass assigns (Transformer-XL's stream
-memory) are carried, and a forward pass that draws random numbers runs
-eagerly. On JAX and TensorFlow the same tests check that Keras' compiled
-`predict` gives the eager outputs too."""
+"""`predict`, `evaluate` and `fit` on torch replay a recorded step per input
+signature (`TracedSteps`): the outputs, losses, metrics and trained weights
+are the eager steps' for every family (dropout on), one recording serves
+every batch of a shape, later weight changes are seen, variables a step
+assigns (Transformer-XL's stream memory, metrics) are carried, and a step
+that draws from a seeded generator runs eagerly. On JAX and TensorFlow the
+same tests check that Keras' compiled steps give the eager results too."""
 
 import logging
 
@@ -29,10 +29,10 @@ def _padded_mask(batch, length):
     return mask
 
 
-def _bert(num_layers=1):
+def _bert(num_layers=1, **overrides):
     return azk.models.BertBackbone(
         vocabulary_size=30, num_layers=num_layers, num_heads=2, hidden_dim=8, intermediate_dim=16,
-        max_sequence_length=16,
+        max_sequence_length=16, **overrides,
     )
 
 
@@ -121,6 +121,11 @@ def _eager(model, x, batch_size):
     )
 
 
+def _recorded(model, step):
+    """How many input signatures of `step` the model has recorded."""
+    return len(model.traced_signatures.get(step, []))
+
+
 def _assert_close(actual, expected):
     keras.tree.map_structure(lambda a, e: np.testing.assert_allclose(a, e, atol=1e-5, rtol=1e-5), actual, expected)
 
@@ -131,9 +136,9 @@ def test_predict_gives_the_eager_outputs_with_one_recording_per_shape(case):
     model, x = _cases()[case]()
     predictions = model.predict(x, batch_size=4, verbose=0)  # two batches of one shape
     _assert_close(predictions, _eager(model, x, 4))
-    assert len(model.traced_signatures) == (1 if TORCH else 0)
+    assert _recorded(model, "predict") == (1 if TORCH else 0)
     model.predict(x, batch_size=4, verbose=0)
-    assert len(model.traced_signatures) == (1 if TORCH else 0)
+    assert _recorded(model, "predict") == (1 if TORCH else 0)
 
 
 def test_a_new_shape_is_recorded_once_and_logged(caplog):
@@ -145,7 +150,7 @@ def test_a_new_shape_is_recorded_once_and_logged(caplog):
         model.predict(_text_features(4, 8), batch_size=2, verbose=0)
     recorded = [record.getMessage() for record in caplog.records if "recording the forward pass" in record.getMessage()]
     if TORCH:
-        assert len(model.traced_signatures) == 2
+        assert _recorded(model, "predict") == 2
         assert len(recorded) == 2
         assert recorded[0].startswith("BertTextClassifier: recording the forward pass for inputs ")
         assert "int32[2, 12]" in recorded[1]
@@ -175,7 +180,7 @@ def test_evaluate_computes_the_loss_of_the_eager_outputs():
     logits = logits - logits.max(axis=-1, keepdims=True)
     expected = np.mean(np.log(np.exp(logits).sum(axis=-1)) - logits[np.arange(8), labels])
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
-    assert len(model.traced_signatures) == (1 if TORCH else 0)
+    assert _recorded(model, "test") == (1 if TORCH else 0)
 
 
 def test_transformer_xl_stream_memory_is_carried_between_replayed_batches():
@@ -192,7 +197,7 @@ def test_transformer_xl_stream_memory_is_carried_between_replayed_batches():
     predicted = lm.predict({"token_ids": np.concatenate(segments)}, batch_size=2, verbose=0)
     # predict's batches are the segments in order; each continues the memory the previous one left.
     _assert_close(predicted, np.concatenate(eager))
-    assert len(lm.traced_signatures) == (1 if TORCH else 0)
+    assert _recorded(lm, "predict") == (1 if TORCH else 0)
 
 
 def test_a_forward_pass_that_draws_random_numbers_runs_eagerly():
@@ -208,3 +213,126 @@ def test_a_forward_pass_that_draws_random_numbers_runs_eagerly():
     model.predict(x, batch_size=4, verbose=0)
     # Every batch draws again: the generators move on, as they do eagerly.
     assert any((keras.ops.convert_to_numpy(state) != before).any() for state, before in zip(states, first))
+
+
+def _zeros_like_outputs(model, x):
+    """Regression targets of the model's output structure (all zeros)."""
+    outputs = model(x, training=False)
+    return keras.tree.map_structure(lambda value: np.zeros(keras.ops.shape(value), "float32"), outputs)
+
+
+def _fit(model, x, y, run_eagerly, optimizer=None):
+    metrics = {name: ["mae"] for name in y} if isinstance(y, dict) else ["mae"]
+    model.compile(
+        optimizer=optimizer or azk.optimizers.FusedAdam(1e-2), loss="mse", metrics=metrics, weighted_metrics=[],
+        run_eagerly=run_eagerly,
+    )
+    keras.utils.set_random_seed(1)  # the same dropout draws in both runs
+    return model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history
+
+
+@pytest.mark.parametrize("case", sorted(_cases()))
+def test_fit_gives_the_eager_weights_with_one_recording_per_shape(case):
+    """Dropout stays on: the replayed step draws what the eager one draws."""
+    # A torch replay computes what the eager step does to the bit, so the
+    # tasks' default FusedAdam is checked there; XLA (JAX, TensorFlow) rounds
+    # differently, and Adam's normalisation would turn the rounding noise of
+    # near-zero gradients (a key bias's, which softmax ignores) into whole steps.
+    optimizer = (lambda: azk.optimizers.FusedAdam(1e-2)) if TORCH else (lambda: keras.optimizers.SGD(0.1, momentum=0.9))
+    keras.utils.set_random_seed(0)
+    eager_model, x = _cases()[case]()
+    y = _zeros_like_outputs(eager_model, x)
+    eager_history = _fit(eager_model, x, y, run_eagerly=True, optimizer=optimizer())
+    keras.utils.set_random_seed(0)
+    model, _ = _cases()[case]()
+    initial = [keras.ops.convert_to_numpy(weight).copy() for weight in model.weights]
+    history = _fit(model, x, y, run_eagerly=False, optimizer=optimizer())
+    assert history.keys() == eager_history.keys()
+    for name in history:  # the loss and the metrics
+        np.testing.assert_allclose(history[name], eager_history[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert max(np.abs(keras.ops.convert_to_numpy(w) - w0).max() for w, w0 in zip(model.weights, initial)) > 1e-4
+    assert len(model.weights) == len(eager_model.weights)
+    for weight, eager_weight in zip(model.weights, eager_model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
+            err_msg=weight.path,
+        )
+    assert _recorded(model, "train") == (1 if TORCH else 0)  # four steps of one shape
+    assert _recorded(eager_model, "train") == 0
+
+
+def test_a_replayed_training_step_draws_new_dropout_masks():
+    keras.utils.set_random_seed(0)
+    model = azk.models.BertTextClassifier(_bert(), num_classes=2, dropout=0.5)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", metrics=[], weighted_metrics=[])
+    x, y = _text_features(4, 8), np.zeros((4, 2), "float32")
+    losses = [model.train_on_batch(x, y) for _ in range(3)]
+    assert len(set(losses)) == 3  # unchanged weights, new masks
+    assert _recorded(model, "train") == (1 if TORCH else 0)
+
+
+def test_a_training_step_that_draws_from_a_seeded_generator_runs_eagerly(caplog):
+    """Without a `hash_seed` the Reformer draws LSH rotations from a Keras
+    generator at every call; a recording would replay one frozen draw."""
+    keras.utils.set_random_seed(0)
+    eager_model = azk.models.ReformerTextClassifier(_reformer(hash_seed=None), num_classes=2)
+    x = {"token_ids": _ids(8, 8), "padding_mask": np.ones((8, 8), "int32")}
+    y = np.zeros((8, 2), "float32")
+    eager_history = _fit(eager_model, x, y, run_eagerly=True)
+    keras.utils.set_random_seed(0)
+    model = azk.models.ReformerTextClassifier(_reformer(hash_seed=None), num_classes=2)
+    with caplog.at_level(logging.INFO, logger="attention_zoo_keras"):
+        history = _fit(model, x, y, run_eagerly=False)
+    np.testing.assert_allclose(history["loss"], eager_history["loss"], rtol=1e-5)
+    messages = [record.getMessage() for record in caplog.records]
+    if TORCH:
+        assert any("recording the training step" in message for message in messages)
+    for weight, eager_weight in zip(model.weights, eager_model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
+            err_msg=weight.path,
+        )
+
+
+def test_any_keras_optimizer_updates_the_replayed_gradients():
+    """The optimizer runs after the replay, so Keras' own torch optimizers
+    (which read the learning rate into Python) work too."""
+    keras.utils.set_random_seed(0)
+    eager_model = azk.models.BertTextClassifier(_bert(), num_classes=3, dropout=0.0)
+    x, y = _text_features(8, 12), np.zeros((8, 3), "float32")
+    _fit(eager_model, x, y, run_eagerly=True, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    keras.utils.set_random_seed(0)
+    model = azk.models.BertTextClassifier(_bert(), num_classes=3, dropout=0.0)
+    _fit(model, x, y, run_eagerly=False, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    for weight, eager_weight in zip(model.weights, eager_model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
+            err_msg=weight.path,
+        )
+
+
+@pytest.mark.slow  # inductor takes about a minute for the two programs on 2 CPU cores
+@pytest.mark.skipif(not TORCH, reason="counts torch.compile's programs (JAX and TensorFlow compile with XLA)")
+def test_jit_compile_compiles_each_step_once_per_shape_and_keeps_the_results():
+    from torch._dynamo.utils import counters
+
+    x, y = _text_features(8, 12), rng.normal(size=(8, 3)).astype("float32")
+    results = []
+    for jit_compile in (False, True):
+        keras.utils.set_random_seed(0)
+        # No dropout: inductor draws its own masks.
+        model = azk.models.BertTextClassifier(_bert(dropout=0.0, attention_dropout=0.0), num_classes=3, dropout=0.0)
+        # SGD: Adam would turn float-rounding differences of near-zero gradients into whole steps.
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=[], weighted_metrics=[],
+                      jit_compile=jit_compile)
+        compiled_before = counters["stats"]["unique_graphs"]
+        predictions = model.predict(x, batch_size=4, verbose=0)  # two batches of one shape
+        history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history  # four steps
+        assert counters["stats"]["unique_graphs"] - compiled_before == (2 if jit_compile else 0)
+        weights = {weight.path: keras.ops.convert_to_numpy(weight) for weight in model.weights}
+        results.append((predictions, history["loss"], weights))
+    (eager_predictions, eager_losses, eager_weights), (predictions, losses, weights) = results
+    np.testing.assert_allclose(predictions, eager_predictions, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
+    for path, weight in weights.items():
+        np.testing.assert_allclose(weight, eager_weights[path], atol=1e-5, rtol=1e-5, err_msg=path)
