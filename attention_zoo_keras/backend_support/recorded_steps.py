@@ -95,7 +95,7 @@ def compile_step(step, variables, on_new_signature=None, compile_program=False):
         program, _ = recorded
         return lambda flat_args: program(flat_args)[0]
 
-    return _Recordings(record, step, variables, on_new_signature)
+    return _Recordings(record, step, on_new_signature)
 
 
 def compile_training_step(
@@ -167,7 +167,7 @@ def compile_training_step(
 
         return replay
 
-    return _Recordings(record, eager, every_variable, on_new_signature)
+    return _Recordings(record, eager, on_new_signature)
 
 
 class _Recordings:
@@ -176,15 +176,16 @@ class _Recordings:
     replay (a function of the flat input tensors) or `None` where the
     signature runs `eager(*args)` instead."""
 
-    def __init__(self, record, eager, variables, on_new_signature):
+    def __init__(self, record, eager, on_new_signature):
         self.record = record
         self.eager = eager
-        self.variables = variables
         self.on_new_signature = on_new_signature
         self.replays = {}
         self.signatures = self.replays.keys()
 
     def __call__(self, *args):
+        import torch
+
         flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
         # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
         nesting = repr(keras.tree.map_structure(lambda _: "", args))
@@ -192,11 +193,9 @@ class _Recordings:
         if signature not in self.replays:
             if self.on_new_signature is not None:
                 self.on_new_signature(signature)
-            import torch
-
-            # Recording runs the step once; its draws from torch's global
-            # generator are undone, so the first replay draws what an eager
-            # call would have.
+            # `torch.jit.trace` runs the step once; its draws from torch's
+            # global generator are undone, so the first replay draws what
+            # an eager call would have.
             with torch.random.fork_rng():
                 self.replays[signature] = self.record(args, flat_args)
         replay = self.replays[signature]

@@ -336,3 +336,28 @@ def test_jit_compile_compiles_each_step_once_per_shape_and_keeps_the_results():
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
     for path, weight in weights.items():
         np.testing.assert_allclose(weight, eager_weights[path], atol=1e-5, rtol=1e-5, err_msg=path)
+
+
+@pytest.mark.skipif(not TORCH, reason="the recordings are torch's; XLA's bfloat16 rounding differs from eager")
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_training_replays_the_eager_step(policy):
+    """float16 goes through a `LossScaleOptimizer`, whose scale the recording reads."""
+    x, y = _text_features(8, 12), np.zeros((8, 3), "float32")
+    results = []
+    try:
+        keras.config.set_dtype_policy(policy)
+        for run_eagerly in (True, False):
+            keras.utils.set_random_seed(0)
+            model = azk.models.BertTextClassifier(_bert(), num_classes=3, dropout=0.0)
+            optimizer = azk.optimizers.FusedAdam(1e-2)
+            if policy == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            history = _fit(model, x, y, run_eagerly=run_eagerly, optimizer=optimizer)
+            results.append((history, {weight.path: keras.ops.convert_to_numpy(weight) for weight in model.weights}))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    (eager_history, eager_weights), (history, weights) = results
+    assert _recorded(model, "train") == 1
+    assert history == eager_history
+    for path, weight in weights.items():
+        np.testing.assert_array_equal(weight, eager_weights[path], err_msg=path)
