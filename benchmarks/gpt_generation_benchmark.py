@@ -27,6 +27,9 @@ intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
   attention_mask=ones, max_new_tokens=N, min_new_tokens=N, do_sample=False,
   num_beams=1, pad_token_id=0)`` under ``torch.no_grad()``
   (``min_new_tokens`` masks the end-of-text token, so no row ends early).
+* ``transformers_static`` (torch only): the same with
+  ``cache_implementation="static"``, a cache preallocated to the full
+  length (the path ``transformers`` compiles on a GPU: its best).
 
 Every call is checked: the prompts come back unchanged and exactly
 ``batch * N`` new tokens were generated (the count is printed). Once per batch
@@ -81,7 +84,7 @@ GPT2_SMALL = dict(
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 TINY_NEW_TOKENS = 8
-CONTENDERS = ("ours", "keras_hub", "transformers")
+CONTENDERS = ("ours", "keras_hub", "transformers", "transformers_static")
 # A generated token passes the greedy check if its logit is within this of the
 # row's largest (relative to the largest's magnitude, floored at 1).
 GREEDY_TOLERANCE = 1e-3
@@ -255,7 +258,11 @@ def build_keras_hub(config, new_tokens, jit_compile):
     return lm, generate, logits, path
 
 
-def build_transformers(config, new_tokens):
+def build_transformers(config, new_tokens, static_cache=False):
+    """`transformers`' GPT-2 and its greedy `generate`; with `static_cache`,
+    `cache_implementation="static"` (a preallocated cache, which
+    `transformers` may also `torch.compile` the decoding step for: its best
+    generation path)."""
     import torch
     import transformers
 
@@ -291,6 +298,7 @@ def build_transformers(config, new_tokens):
                 do_sample=False,
                 num_beams=1,
                 pad_token_id=0,
+                **({"cache_implementation": "static"} if static_cache else {}),
             )
         out = out.numpy()
         # No row can end early (min_new_tokens), so every position is valid.
@@ -301,6 +309,8 @@ def build_transformers(config, new_tokens):
             return model(torch.from_numpy(token_ids).long()).logits.float().numpy()
 
     path = "eval + torch.no_grad() GPT2LMHeadModel.generate(greedy, min_new_tokens=max_new_tokens) (sdpa)"
+    if static_cache:
+        path += ', cache_implementation="static"'
     return model, generate, logits, path
 
 
@@ -335,8 +345,8 @@ def main(argv=None):
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
-    if backend != "torch" and "transformers" in contenders:
-        contenders.remove("transformers")
+    if backend != "torch":
+        contenders = [name for name in contenders if not name.startswith("transformers")]
     config, new_tokens, prompt_len = args.config, args.new_tokens, args.prompt_len
 
     shape_name = "GPT-2 small" if is_gpt2_small(config) else "custom shape (NOT GPT-2 small)"
@@ -371,8 +381,8 @@ def main(argv=None):
         try:
             keras.utils.set_random_seed(args.seed)
             start = time.perf_counter()
-            if name == "transformers":
-                model, generate, logits, path = build_transformers(config, new_tokens)
+            if name.startswith("transformers"):
+                model, generate, logits, path = build_transformers(config, new_tokens, name == "transformers_static")
                 params = sum(p.numel() for p in model.parameters())
             elif name == "keras_hub":
                 model, generate, logits, path = build_keras_hub(config, new_tokens, args.jit_compile)
