@@ -48,4 +48,3 @@ def _torch_fused_adam(variables, grads, momentums, velocities, learning_rate, st
             lr=learning_rate, beta1=beta_1, beta2=beta_2, weight_decay=0.0, eps=epsilon / bias_correction_2**0.5,
             amsgrad=False, maximize=False,
         )
-

@@ -89,11 +89,8 @@ def compile_step(step, variables, on_new_signature=None, compile_program=False):
     def record(args, flat_args):
         if not compile_program:
             return _jit_trace(step, args, variables, flat_args)
-        recorded = _make_fx(lambda *step_args: (None, step(*step_args)), args, variables, 0, flat_args, True)
-        if recorded is None:
-            return None
-        program, _ = recorded
-        return lambda flat_args: program(flat_args)[0]
+        program = _make_fx(lambda *step_args: (None, step(*step_args)), args, variables, 0, flat_args, True)
+        return None if program is None else lambda flat_args: program(flat_args)[0]
 
     return _Recordings(record, step, on_new_signature)
 
@@ -135,34 +132,31 @@ def compile_training_step(
     trainable_variables = list(trainable_variables)
     every_variable = trainable_variables + list(variables)
 
+    def update(gradients):
+        if trainable_variables:
+            with torch.no_grad():
+                apply_gradients(list(gradients))
+
     def eager(*args):
         loss, outputs = step(*args)
         if trainable_variables:
             weights = [variable.value for variable in trainable_variables]
-            gradients = torch.autograd.grad(loss, weights, allow_unused=True)
-            with torch.no_grad():
-                apply_gradients(list(gradients))
+            update(torch.autograd.grad(loss, weights, allow_unused=True))
         return outputs
 
     def record(args, flat_args):
         try:
-            recorded = _make_fx(step, args, every_variable, len(trainable_variables), flat_args, compile_program)
+            program = _make_fx(step, args, every_variable, len(trainable_variables), flat_args, compile_program)
         except Exception as error:  # make_fx refuses the step: it runs eagerly, as it would without recording
             reason = (str(error).splitlines() or [type(error).__name__])[0]
             logger.info("The training step cannot be recorded for these inputs, so it runs eagerly: %s", reason)
             return None
-        if recorded is None:
+        if program is None:
             return None
-        program, used = recorded
 
         def replay(flat_args):
             outputs, gradients = program(flat_args)
-            if trainable_variables:
-                every_gradient = [None] * len(trainable_variables)
-                for index, gradient in zip(used, gradients):
-                    every_gradient[index] = gradient
-                with torch.no_grad():
-                    apply_gradients(every_gradient)
+            update(gradients)
             return outputs
 
         return replay
@@ -273,10 +267,10 @@ def _make_fx(step, args, variables, num_trainable, flat_args, compile_program):
     respect to the first `num_trainable` variables, recorded by `make_fx`
     (and compiled by `torch.compile` if `compile_program`).
 
-    Returns `(program, used)`: `program(flat_args)` assigns the variables
-    the step assigned and returns `(outputs, gradients)`, the gradients of
-    the trainable variables whose indices are `used` (those the loss
-    depends on); or `None` if `step` draws random numbers."""
+    Returns `program`: `program(flat_args)` assigns the variables the step
+    assigned and returns `(outputs, gradients)`, a gradient per trainable
+    variable (`None` for one the loss does not use); or `None` if `step`
+    draws random numbers."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -309,6 +303,9 @@ def _make_fx(step, args, variables, num_trainable, flat_args, compile_program):
         new_values = flat_results[num_outputs : num_outputs + len(assigned)]
         _assign(variables, assigned, new_values)
         outputs = keras.tree.pack_sequence_as(structure, list(flat_results[:num_outputs]))
-        return outputs, list(flat_results[num_outputs + len(assigned) :])
+        gradients = [None] * num_trainable
+        for index, gradient in zip(used, flat_results[num_outputs + len(assigned) :]):
+            gradients[index] = gradient
+        return outputs, gradients
 
-    return program, used
+    return program

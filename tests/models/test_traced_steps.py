@@ -231,6 +231,16 @@ def _fit(model, x, y, run_eagerly, optimizer=None):
     return model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history
 
 
+def _assert_same_weights(model, eager_model):
+    """The weights of `model` equal those of `eager_model` (within 1e-5)."""
+    assert len(model.weights) == len(eager_model.weights)
+    for weight, eager_weight in zip(model.weights, eager_model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
+            err_msg=weight.path,
+        )
+
+
 @pytest.mark.parametrize("case", sorted(_cases()))
 def test_fit_gives_the_eager_weights_with_one_recording_per_shape(case):
     """Dropout stays on: the replayed step draws what the eager one draws."""
@@ -251,12 +261,7 @@ def test_fit_gives_the_eager_weights_with_one_recording_per_shape(case):
     for name in history:  # the loss and the metrics
         np.testing.assert_allclose(history[name], eager_history[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert max(np.abs(keras.ops.convert_to_numpy(w) - w0).max() for w, w0 in zip(model.weights, initial)) > 1e-4
-    assert len(model.weights) == len(eager_model.weights)
-    for weight, eager_weight in zip(model.weights, eager_model.weights):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
-            err_msg=weight.path,
-        )
+    _assert_same_weights(model, eager_model)
     assert _recorded(model, "train") == (1 if TORCH else 0)  # four steps of one shape
     assert _recorded(eager_model, "train") == 0
 
@@ -287,11 +292,7 @@ def test_a_training_step_that_draws_from_a_seeded_generator_runs_eagerly(caplog)
     messages = [record.getMessage() for record in caplog.records]
     if TORCH:
         assert any("recording the training step" in message for message in messages)
-    for weight, eager_weight in zip(model.weights, eager_model.weights):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
-            err_msg=weight.path,
-        )
+    _assert_same_weights(model, eager_model)
 
 
 def test_any_keras_optimizer_updates_the_replayed_gradients():
@@ -304,11 +305,7 @@ def test_any_keras_optimizer_updates_the_replayed_gradients():
     keras.utils.set_random_seed(0)
     model = azk.models.BertTextClassifier(_bert(), num_classes=3, dropout=0.0)
     _fit(model, x, y, run_eagerly=False, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
-    for weight, eager_weight in zip(model.weights, eager_model.weights):
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
-            err_msg=weight.path,
-        )
+    _assert_same_weights(model, eager_model)
 
 
 @pytest.mark.slow  # inductor takes about a minute for the two programs on 2 CPU cores
