@@ -22,8 +22,11 @@ for backend in jax tensorflow torch; do
   echo "=== KERAS_BACKEND=$backend ==="
   selection=()
   [ "$backend" != torch ] && selection=(-m "not slow")
+  backend_env=("KERAS_BACKEND=$backend")
+  # JAX gets 8 CPU devices: tests/models/test_distribution.py shards models over a mesh of 8.
+  [ "$backend" = jax ] && backend_env+=("XLA_FLAGS=${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=8")
   start=$SECONDS
-  KERAS_BACKEND=$backend python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
+  env "${backend_env[@]}" python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
     "${selection[@]}" "$@" || failed+=("$backend")
   echo "=== KERAS_BACKEND=$backend took $(( SECONDS - start )) s ==="
 done

@@ -12,7 +12,9 @@ whose answer depends on the backend live here, one concern per module:
 - `fused_optimizers`: optimizer updates as one fused kernel;
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
-- `keras_workarounds`: help Keras' training loops need on one backend.
+- `keras_workarounds`: help Keras' training loops need on one backend;
+- `variable_initialization`: variables created holding a checkpoint's
+  values (straight into their shards under a distribution).
 
 Backend modules are imported only when they are the active backend, so
 importing this library under JAX or PyTorch never imports TensorFlow.
@@ -36,6 +38,8 @@ from attention_zoo_keras.backend_support.keras_workarounds import variables_rest
 from attention_zoo_keras.backend_support.randomness import seeded_global_random
 from attention_zoo_keras.backend_support.recorded_steps import compile_step
 from attention_zoo_keras.backend_support.recorded_steps import compile_training_step
+from attention_zoo_keras.backend_support.variable_initialization import initialized_from
+from attention_zoo_keras.backend_support.variable_initialization import is_integer_dtype
 
 __all__ = [
     "backend_name",
@@ -46,6 +50,8 @@ __all__ = [
     "custom_gradient_from_outputs",
     "fill_columns",
     "fused_adam_update",
+    "initialized_from",
+    "is_integer_dtype",
     "is_concrete",
     "mask_for_fused_attention",
     "materialize",

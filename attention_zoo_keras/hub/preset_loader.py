@@ -27,6 +27,9 @@ the shared ones (each ViLBERT head's task id).
 
 import collections.abc
 
+import keras
+
+from attention_zoo_keras.backend_support import initialized_from
 from attention_zoo_keras.hub.converters import converter_for
 from attention_zoo_keras.hub.converters import converter_for_backbone
 from attention_zoo_keras.hub.converters import matches_any
@@ -96,6 +99,15 @@ def _quantized_hint(keys):
     return ""
 
 
+def _quantized_layer_paths(dtype):
+    """The layer paths a backbone's `dtype` argument quantizes (the keys of
+    a quantized model's `DTypePolicyMap`; none for a plain policy)."""
+    if dtype is None:
+        return set()
+    policy = keras.dtype_policies.get(dtype)
+    return set(policy) if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else set()
+
+
 def _adapted(backbone, arrays, description):
     """`arrays` fitted to `backbone` by its family converter's `adapt_arrays`."""
     converter = converter_for_backbone(type(backbone))
@@ -112,6 +124,9 @@ class RenamedArrays(collections.abc.Mapping):
 
     def __getitem__(self, key):
         return self._arrays[self._names[key]]
+
+    def __contains__(self, key):  # without reading the tensor
+        return key in self._names and self._names[key] in self._arrays
 
     def __iter__(self):
         return iter(self._names)
@@ -131,6 +146,7 @@ class PresetLoader:
     def __init__(self, source, config):
         self.source = source
         self.config = config
+        self._filled_variables = None  # the `initialized_from` of the last backbone built
 
     @property
     def description(self):
@@ -146,6 +162,11 @@ class PresetLoader:
 
     def _tensor_shape(self, key):
         """The shape of the checkpoint tensor `key` (our key), or `None`."""
+        raise NotImplementedError
+
+    def _initial_arrays(self):
+        """`{variable path: array}` that a backbone's variables may be
+        created with (read lazily where the format allows)."""
         raise NotImplementedError
 
     def arrays(self):
@@ -185,15 +206,20 @@ class PresetLoader:
 
     # --- building ------------------------------------------------------------
 
-    def build_backbone(self, cls, caller=None, check_sizes=True, **overrides):
+    def build_backbone(self, cls, caller=None, load_weights=True, **overrides):
         """The backbone (a subclass of `cls`) the preset describes, with
-        `overrides` of its arguments, unweighted.
+        `overrides` of its arguments.
 
         `overrides` are checked against the class's arguments (`caller`, such
-        as `"BertBackbone.from_preset"`, is named in the error), and, with
-        `check_sizes` (for a model whose weights will be loaded), the sizes
-        the weights fix (the family converter's `checkpoint_sizes`) against
-        the checkpoint's headers, before anything is built.
+        as `"BertBackbone.from_preset"`, is named in the error). With
+        `load_weights` (`load_backbone_weights` or `load_task_weights` comes
+        next), the sizes the weights fix (the family converter's
+        `checkpoint_sizes`) are checked against the checkpoint's headers
+        before anything is built, and each variable the preset fills is
+        created holding its value rather than a random one
+        (`backend_support.initialized_from`); the load then checks and
+        assigns only the rest. Without, the variables are initialized as
+        usual.
         """
         backbone_cls, arguments = self._backbone_arguments(overrides)
         if not issubclass(backbone_cls, cls):
@@ -205,16 +231,29 @@ class PresetLoader:
             backbone_cls, overrides, caller or f"{cls.__name__}.from_preset",
             also_known=("load_weights", "force_download"),
         )
-        if check_sizes:
-            self._check_sizes(backbone_cls, arguments)
-        return backbone_cls.from_config(arguments)
+        if not load_weights:
+            return backbone_cls.from_config(arguments)
+        self._check_sizes(backbone_cls, arguments)
+        with initialized_from(self._initial_arrays()) as initialization:
+            backbone = backbone_cls.from_config(arguments)
+        self._filled_variables = initialization
+        return backbone
+
+    def _filled(self, model):
+        """The variables of `model` that `build_backbone` created holding
+        their preset values (the load neither reads nor assigns them again)."""
+        if self._filled_variables is None:
+            return frozenset()
+        filled = self._filled_variables.was_filled
+        return frozenset(key for key, variable in variables_by_key(model).items() if filled(variable))
 
     def _check_sizes(self, backbone_cls, arguments):
         converter = converter_for_backbone(backbone_cls)
         sizes = converter.checkpoint_sizes if converter is not None else {}
+        quantized = _quantized_layer_paths(arguments.get("dtype"))
         for name, (key, axis) in sizes.items():
-            if name not in arguments:
-                continue
+            if name not in arguments or key.rpartition("/")[0] in quantized:
+                continue  # a quantized layer's tensors have other shapes (int4 packs two values a byte)
             shape = self._tensor_shape(key)
             if shape is None or len(shape) <= axis or shape[axis] == arguments[name]:
                 continue
@@ -240,7 +279,9 @@ class PresetLoader:
     def load_backbone_weights(self, backbone):
         """Fills every variable of `backbone` from the preset (strictly)."""
         self._refuse_unexplained(self._provided_keys(), backbone)
-        backbone.assign_arrays(self._backbone_arrays(backbone), self.description, self._optional_keys())
+        backbone.assign_arrays(
+            self._backbone_arrays(backbone), self.description, self._optional_keys(), filled=self._filled(backbone)
+        )
 
     def _optional_keys(self):
         return frozenset()
@@ -282,6 +323,9 @@ class NativePresetLoader(PresetLoader):
         return self._checkpoint
 
     def arrays(self):
+        return self.checkpoint
+
+    def _initial_arrays(self):
         return self.checkpoint
 
     def _tensor_shape(self, key):
@@ -363,7 +407,7 @@ class NativePresetLoader(PresetLoader):
         self._refuse_unexplained(self._provided_keys() - set(head.values()) | set(head), task)
         task.assign_arrays(
             collections.ChainMap(RenamedArrays(self.checkpoint, head), self._backbone_arrays(task.backbone)),
-            self.description,
+            self.description, filled=self._filled(task.backbone),
         )
 
     def tokenizer(self, tokenizer_cls):
@@ -431,6 +475,9 @@ class TransformersPresetLoader(PresetLoader):
     def _provided_keys(self):
         return set(self.arrays())
 
+    def _initial_arrays(self):
+        return self.arrays()
+
     def _tensor_shape(self, key):
         arrays = self.arrays()
         return tuple(arrays[key].shape) if key in arrays else None
@@ -456,7 +503,10 @@ class TransformersPresetLoader(PresetLoader):
         """Fills the task's backbone and, where the checkpoint holds it with
         this head's shapes, its head."""
         self._refuse_unexplained(self._provided_keys(), task)
-        task.assign_arrays(self._backbone_arrays(task.backbone), self.description, self._optional_keys())
+        task.assign_arrays(
+            self._backbone_arrays(task.backbone), self.description, self._optional_keys(),
+            filled=self._filled(task.backbone),
+        )
 
     def tokenizer(self, tokenizer_cls):
         return self.converter.tokenizer(self.source, self.config)

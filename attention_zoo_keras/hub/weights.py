@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from attention_zoo_keras.backend_support import is_integer_dtype
 from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.source import inside
 
@@ -69,7 +70,7 @@ def save_arrays(arrays, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
         if current and current_size + array.nbytes > limit:
             shards.append(current)
             current, current_size = {}, 0
-        current[key] = np.ascontiguousarray(array)
+        current[key] = np.require(array, requirements="C")  # keeps a scalar's shape ()
         current_size += array.nbytes
     shards.append(current)
     metadata = {"format": "np"}
@@ -94,14 +95,18 @@ class Checkpoint:
     Args:
         source: a `PresetSource`.
 
-    Tensors are read lazily, one at a time, as numpy arrays; `shape(key)`
-    reads only the file's header. Shard names in the index must stay inside
+    Tensors are read lazily, one at a time, as numpy arrays mapped from
+    the file (copy-on-write); `shape(key)` reads only the file's header. Shard names in the index must stay inside
     the preset.
     """
+
+    # Every read returns a new array that nothing else holds.
+    reads_fresh_arrays = True
 
     def __init__(self, source):
         self.source = source
         self._open_files = {}
+        self._layouts = {}
         if source.file(WEIGHTS_FILE) is not None:
             self._file_of_key = {key: WEIGHTS_FILE for key in self._handle(WEIGHTS_FILE).keys()}
         elif source.file(INDEX_FILE) is not None:
@@ -164,12 +169,18 @@ class Checkpoint:
             raise self._unreadable_tensor(key, filename, error) from error
 
     def __getitem__(self, key):
+        """Tensor `key`, a copy-on-write memory map of its bytes in the file
+        (`read_tensor`): nothing is read until used, and each read is a
+        mapping of its own, released with the array."""
         filename = self._file_of_key[key]
+        self._handle(filename)  # the file was opened and checked by safetensors
+        path = self.source.require(filename)
         try:
-            return self._handle(filename).get_tensor(key)
-        except TypeError:  # a dtype numpy lacks, such as bfloat16
-            return read_tensor_with_ml_dtypes(self.source.require(filename), key)
-        except (SafetensorError, OSError, ValueError) as error:
+            if filename not in self._layouts:
+                self._layouts[filename] = read_layout(path)
+            data_start, entries = self._layouts[filename]
+            return read_tensor(path, data_start, entries[key])
+        except (OSError, ValueError, KeyError) as error:
             raise self._unreadable_tensor(key, filename, error) from error
 
     def _unreadable_tensor(self, key, filename, error):
@@ -201,27 +212,48 @@ class TrackedArrays(collections.abc.Mapping):
         return len(self._arrays.keys())
 
 
-ML_DTYPES = {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2}
+# The safetensors dtype names, as numpy dtypes (ml_dtypes for those numpy lacks).
+NUMPY_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+    "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+    "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+}
 
 
-def read_tensor_with_ml_dtypes(path, key):
-    """Reads tensor `key` of a safetensors file whose dtype numpy lacks.
+def read_layout(path):
+    """`(offset of the data, {key: header entry})` of a safetensors file.
 
     The format is an 8-byte little-endian header length, a JSON header giving
-    each tensor's dtype, shape and byte range, then the data.
+    each tensor's dtype, shape and byte range in the data, then the data.
     """
     with open(path, "rb") as file:
         (header_length,) = struct.unpack("<Q", file.read(8))
-        entry = json.loads(file.read(header_length))[key]
-        if entry["dtype"] not in ML_DTYPES:
-            raise PresetFileError(f"Tensor '{key}' in '{path}' has the unsupported dtype {entry['dtype']}.")
-        start, end = entry["data_offsets"]
-        file.seek(8 + header_length + start)
-        data = file.read(end - start)
-    return np.frombuffer(data, dtype=ML_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        header = json.loads(file.read(header_length))
+    header.pop("__metadata__", None)
+    return 8 + header_length, header
 
 
-def check_arrays(variables, arrays, source_description, optional_keys=()):
+def read_tensor(path, data_start, entry):
+    """The tensor a header `entry` describes, read from `path`."""
+    if entry["dtype"] not in NUMPY_DTYPES:
+        raise ValueError(f"the unsupported dtype {entry['dtype']}")
+    dtype = np.dtype(NUMPY_DTYPES[entry["dtype"]])
+    shape = tuple(entry["shape"])
+    start, end = entry["data_offsets"]
+    count = (end - start) // dtype.itemsize
+    if count != int(np.prod(shape, dtype=np.int64)) or count * dtype.itemsize != end - start:
+        raise ValueError(f"its byte range {start}..{end} does not hold a {entry['dtype']} tensor of shape {list(shape)}")
+    if not shape or count == 0:  # nothing to map
+        array = np.fromfile(path, dtype=dtype, count=count, offset=data_start + start)
+        if array.size != count:
+            raise ValueError(f"the file ends before its {end - start} bytes")
+        return array.reshape(shape)
+    # Copy-on-write: pages are read when first used, writes stay in memory.
+    return np.memmap(path, dtype=dtype, mode="c", offset=data_start + start, shape=shape).view(np.ndarray)
+
+
+def check_arrays(variables, arrays, source_description, optional_keys=(), filled=()):
     """Checks that `arrays` holds every key of `variables` (but optional
     ones) with the variable's shape.
 
@@ -230,13 +262,17 @@ def check_arrays(variables, arrays, source_description, optional_keys=()):
         arrays: a mapping of keys to arrays (a `Checkpoint` or a dict).
         source_description: named in errors.
         optional_keys: keys that may be missing.
+        filled: keys of variables created holding their checkpoint value
+            (checked then, see `backend_support.initialized_from`); they are
+            not read again.
 
     Returns:
         The sorted keys that are missing but optional.
 
     Raises:
         CheckpointMismatchError: naming every missing key, or a variable whose
-            shape differs from the checkpoint's (with both shapes).
+            shape differs from the checkpoint's (with both shapes), or that
+            holds floats where the checkpoint has integers (or the reverse).
     """
     missing = sorted(key for key in variables if key not in arrays)
     required_missing = [key for key in missing if key not in optional_keys]
@@ -247,7 +283,7 @@ def check_arrays(variables, arrays, source_description, optional_keys=()):
             f"model needs: {shown}."
         )
     for key, variable in variables.items():
-        if key in missing:
+        if key in missing or key in filled:
             continue
         array = arrays[key]
         if tuple(array.shape) != tuple(variable.shape):
@@ -256,14 +292,22 @@ def check_arrays(variables, arrays, source_description, optional_keys=()):
                 f"{tuple(variable.shape)} but checkpoint '{source_description}' has "
                 f"{tuple(array.shape)}. Does the config match the weights?"
             )
+        if is_integer_dtype(array.dtype) != is_integer_dtype(variable.dtype):
+            raise CheckpointMismatchError(
+                f"Dtype mismatch for variable '{key}': the model holds {variable.dtype} but checkpoint "
+                f"'{source_description}' has {np.dtype(array.dtype).name}; integers and floats are not "
+                "converted into each other (a quantized tensor read as a float weight would compute "
+                "garbage). Does the config (its dtype policies) match the weights?"
+            )
     return missing
 
 
-def assign_weights(variables, arrays, source_description, optional_keys=()):
-    """Assigns `arrays[key]` to `variables[key]` for every key, after
-    `check_arrays` (same arguments); returns the missing optional keys."""
-    missing = check_arrays(variables, arrays, source_description, optional_keys)
+def assign_weights(variables, arrays, source_description, optional_keys=(), filled=()):
+    """Assigns `arrays[key]` to `variables[key]` for every key but the
+    `filled` ones, after `check_arrays` (same arguments); returns the missing
+    optional keys."""
+    missing = check_arrays(variables, arrays, source_description, optional_keys, filled)
     for key, variable in variables.items():
-        if key not in missing:
+        if key not in missing and key not in filled:
             variable.assign(np.asarray(arrays[key], dtype=variable.dtype))
     return missing

@@ -3,7 +3,8 @@
     h = LayerNorm(act(W_t x + b_t))
     logits = h Eᵀ + b
 
-with `E` the token embedding matrix (weights tied with the input embedding),
+with `E` the token embedding matrix (weights tied with the input embedding;
+dequantized when it is quantized, see `embedding_matrix`),
 evaluated only at the selected `mask_positions`.
 """
 
@@ -11,6 +12,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.activations import get_activation
+from attention_zoo_keras.layers.embedding_matrix import embedding_matrix
 from attention_zoo_keras.layers.initializers import clone_initializer
 
 
@@ -59,7 +61,7 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, sequence_output, mask_positions):
         selected = ops.take_along_axis(sequence_output, ops.expand_dims(mask_positions, -1), axis=1)
         hidden = self.transform_norm(self._activation_fn(self.transform(selected)))
-        embeddings = ops.cast(self.token_embedding.embeddings, hidden.dtype)
+        embeddings = embedding_matrix(self.token_embedding, hidden.dtype)
         return ops.matmul(hidden, ops.transpose(embeddings)) + ops.cast(self.output_bias, hidden.dtype)
 
     def compute_output_shape(self, sequence_output_shape, mask_positions_shape):

@@ -11,6 +11,10 @@ from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.input_validation import ValidatesInputs
+from attention_zoo_keras.models.layout_maps import Distributable
+from attention_zoo_keras.models.lora import LoRA
+from attention_zoo_keras.models.quantization import Quantizes
+from attention_zoo_keras.models.quantization import dtype_policy_config
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.user_warnings import warn
@@ -36,32 +40,35 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedSteps, keras.Model):
+class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so
     variable paths are stable checkpoint keys; every layer given `dtype`),
     pass `dtype` on to `Backbone.__init__`, set `family`, add their
     constructor arguments to `get_config`, and check concrete inputs in
-    `validate_inputs`. A keyword argument no constructor takes (a misspelt
+    `validate_inputs`. `dtype` may be a `DTypePolicyMap` (a quantized
+    model's, see `quantization`) and `lora` the settings of `enable_lora`;
+    both are saved in the config. A keyword argument no constructor takes (a misspelt
     `dropuot=0.5`) is an error, not ignored.
     """
 
     family = None
     presets = PresetsOfFamily()
 
-    def __init__(self, *args, dtype=None, **kwargs):
+    def __init__(self, *args, dtype=None, lora=None, **kwargs):
         check_model_arguments(self, kwargs)
         super().__init__(*args, **kwargs)
         if dtype is not None:  # functional models ignore a `dtype` argument
             self.dtype_policy = dtype
+        if lora:
+            self.enable_lora(**lora)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
+        config = {"name": self.name, "trainable": self.trainable, "dtype": dtype_policy_config(self)}
+        if self.lora_settings is not None:
+            config["lora"] = dict(self.lora_settings)
+        return config
 
     @classmethod
     def from_config(cls, config):
@@ -90,15 +97,16 @@ class Backbone(ValidatesInputs, TracedSteps, keras.Model):
         >>> backbone = BertBackbone.from_preset("bert_base")   # doctest: +SKIP
         """
         loader = get_preset_loader(preset, family=cls.family, force_download=force_download)
-        backbone = loader.build_backbone(cls, check_sizes=load_weights, **kwargs)
+        backbone = loader.build_backbone(cls, load_weights=load_weights, **kwargs)
         if load_weights:
             loader.load_backbone_weights(backbone)
         return backbone
 
-    def assign_arrays(self, arrays, source_description, optional_keys=()):
+    def assign_arrays(self, arrays, source_description, optional_keys=(), filled=()):
         """Loads every variable from `{key: array}` (checked shapes), warning
-        about optional keys the checkpoint lacked."""
-        missing = assign_weights(variables_by_key(self), arrays, source_description, optional_keys)
+        about optional keys the checkpoint lacked; `filled` keys already hold
+        their values (see `assign_weights`)."""
+        missing = assign_weights(variables_by_key(self), arrays, source_description, optional_keys, filled)
         if missing:
             warn(
                 f"Checkpoint '{source_description}' has no weights for {', '.join(missing)}; "

@@ -256,6 +256,10 @@ class GenerativeTask(Task):
         `_next_token_logits`, made cheap per call (`compile_step`)."""
         return compile_step(self._next_token_logits, self.variables)
 
+    def _forget_compiled_functions(self):
+        super()._forget_compiled_functions()
+        self.__dict__.pop("_generation_functions", None)
+
     def _compiled(self, key, build):
         """The compiled generation function for `key`, built once by `build()`."""
         functions = self.__dict__.setdefault("_generation_functions", {})

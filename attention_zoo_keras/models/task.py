@@ -14,6 +14,10 @@ from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.input_validation import ValidatesInputs
+from attention_zoo_keras.models.lora import DEFAULT_TARGET_NAMES
+from attention_zoo_keras.models.lora import merged_copy
+from attention_zoo_keras.models.quantization import Quantizes
+from attention_zoo_keras.models.quantization import dtype_policy_config
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
@@ -32,7 +36,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedSteps, keras.Model):
+class Task(ValidatesInputs, TracedSteps, Quantizes, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
@@ -52,6 +56,7 @@ class Task(ValidatesInputs, TracedSteps, keras.Model):
         super().__init__(*args, **kwargs)
         self.backbone = backbone
         self.preprocessor = preprocessor
+        self._reads_variables_of(backbone)
 
     def validate_inputs(self, inputs):
         """Checks concrete inputs; by default, the backbone's checks."""
@@ -128,7 +133,24 @@ class Task(ValidatesInputs, TracedSteps, keras.Model):
     # --- config and presets ----------------------------------------------
 
     def get_config(self):
-        return {"backbone": serialize(self.backbone), "name": self.name, "trainable": self.trainable}
+        backbone = serialize(self.backbone)
+        # The head takes the backbone's dtype policy: a quantized head's
+        # layers are recorded in the backbone's policy map.
+        backbone["config"]["dtype"] = dtype_policy_config(self)
+        return {"backbone": backbone, "name": self.name, "trainable": self.trainable}
+
+    # --- adaptation --------------------------------------------------------
+
+    def enable_lora(self, rank, target_names=DEFAULT_TARGET_NAMES, lora_alpha=None):
+        """`backbone.enable_lora(...)`: LoRA on the backbone's layers named
+        `target_names`, every other backbone weight frozen; the head stays
+        trainable. See `Backbone.enable_lora`."""
+        self.backbone.enable_lora(rank, target_names=target_names, lora_alpha=lora_alpha)
+
+    def merge_lora(self):
+        """A copy of this task (same preprocessor) whose backbone has every
+        LoRA update merged into its weights and no LoRA layers."""
+        return merged_copy(self)
 
     @classmethod
     def from_config(cls, config):
@@ -171,7 +193,7 @@ class Task(ValidatesInputs, TracedSteps, keras.Model):
         shared = {key: kwargs.pop(key) for key in cls.shared_preset_arguments if key in kwargs}
         backbone_overrides = {"dtype": kwargs.pop("dtype")} if "dtype" in kwargs else {}
         backbone = loader.build_backbone(
-            cls.backbone_cls, caller=f"{cls.__name__}.from_preset", check_sizes=load_weights,
+            cls.backbone_cls, caller=f"{cls.__name__}.from_preset", load_weights=load_weights,
             **backbone_overrides, **shared,
         )
         if preprocessor == "auto":
@@ -185,11 +207,12 @@ class Task(ValidatesInputs, TracedSteps, keras.Model):
             loader.load_task_weights(task)
         return task
 
-    def assign_arrays(self, arrays, source_description, optional_keys=()):
-        """Loads the backbone from `{key: array}`, and the head too when the
-        arrays hold all its weights with this head's shapes; otherwise the
-        head starts from its initializer, with a warning naming it."""
-        self.backbone.assign_arrays(arrays, source_description, optional_keys)
+    def assign_arrays(self, arrays, source_description, optional_keys=(), filled=()):
+        """Loads the backbone from `{key: array}` (but its `filled` keys,
+        see `Backbone.assign_arrays`), and the head too when the arrays hold
+        all its weights with this head's shapes; otherwise the head starts
+        from its initializer, with a warning naming it."""
+        self.backbone.assign_arrays(arrays, source_description, optional_keys, filled)
         backbone_keys = set(variables_by_key(self.backbone))
         head = {k: v for k, v in variables_by_key(self).items() if k not in backbone_keys}
         found = {k: v for k, v in head.items() if k in arrays}

@@ -26,6 +26,7 @@ unchanged, and so is every step on JAX and TensorFlow.
 
 import logging
 import warnings
+import weakref
 
 import keras
 
@@ -79,6 +80,21 @@ class TracedSteps:
         model's state changes shape (Transformer-XL's `reset_memory` for
         another number of streams): record anew too."""
         self.__dict__.setdefault("_traced_steps", {}).pop(step_name, None)
+
+    def _reads_variables_of(self, model):
+        """Notes that this model's compiled functions read `model`'s
+        variables (a task's, its backbone's): when `model`'s variables
+        change, this model's functions are forgotten too."""
+        model.__dict__.setdefault("_models_reading_it", weakref.WeakSet()).add(self)
+
+    def _forget_compiled_functions(self):
+        """After the variables changed (quantized, LoRA added): Keras' step
+        functions and every recording start afresh, for this model and for
+        every model that reads its variables."""
+        self.__dict__.pop("_traced_steps", None)
+        self.train_function = self.test_function = self.predict_function = None
+        for model in list(self.__dict__.get("_models_reading_it", ())):
+            model._forget_compiled_functions()
 
     def _should_torch_compile(self):
         """Keras' torch trainer would `torch.compile` the Python step (whose

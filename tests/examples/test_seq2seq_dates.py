@@ -3,28 +3,16 @@ smaller configuration of it, trained from scratch with the paper's recipe,
 writes most held-out dates exactly as ISO 8601 after checkpoint averaging,
 by greedy decoding and by beam search."""
 
-import importlib.util
-from pathlib import Path
-
 import keras
 import pytest
 
 import attention_zoo_keras as azk
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "seq2seq_dates" / "train.py"
-
-
-def _example():
-    """The example's `train.py`, imported as a module (`examples/` is no package)."""
-    spec = importlib.util.spec_from_file_location("seq2seq_dates_train", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.examples import load_example
 
 
 @pytest.mark.slow
 def test_training_on_dates_reaches_exact_match(tmp_path):
-    example = _example()
+    example = load_example("seq2seq_dates/train.py")
     keras.utils.set_random_seed(0)
     train, validation, test = example.date_split(4000, 200, 300, seed=0)
     model = example.build_model(train, hidden_dim=64, intermediate_dim=128)

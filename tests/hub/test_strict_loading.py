@@ -158,16 +158,6 @@ def test_unknown_key_in_preprocessor_json_is_an_error(backbone_preset):
 # --- item 3: every tensor is taken --------------------------------------------
 
 
-def test_quantized_preset_is_refused_not_loaded_as_garbage(tmp_path):
-    backbone = tiny_backbone()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        backbone.quantize("int8")
-    backbone.save_to_preset(tmp_path / "int8")
-    with pytest.raises(CheckpointMismatchError, match=r"no variable of BertBackbone takes.*kernel_scale.*quantized"):
-        azk.models.BertBackbone.from_preset(str(tmp_path / "int8"))
-
-
 def test_a_tensor_no_variable_takes_is_an_error(backbone_preset):
     rewrite_weights(backbone_preset, lambda arrays: {**arrays, "stray/kernel": np.zeros((2, 2), "float32")})
     with pytest.raises(CheckpointMismatchError, match=r"1 tensors that no variable of BertBackbone takes: stray/kernel"):

@@ -180,6 +180,9 @@ class ReformerBackbone(Backbone):
     """
 
     family = "reformer"
+    # Megatron layouts of its own weights (see `models.layout_maps`); LSH
+    # attention's shared query-key projection is its `query`.
+    family_layout_rules = ((r"position_embedding/embeddings_[01]", (None, None, "model")),)  # axial, on their width
     static_sequence_length = True  # chunked attention is shaped by the length
 
     def __init__(

@@ -98,6 +98,8 @@ class TransformerBackbone(Backbone):
     """
 
     family = "transformer"
+    # Megatron layouts of its own weights (see `models.layout_maps`).
+    family_layout_rules = ((r"target_token_embedding/embeddings", (None, "model")),)  # a separate target vocabulary
 
     def __init__(
         self,

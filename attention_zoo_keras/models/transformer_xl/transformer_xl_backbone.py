@@ -173,6 +173,15 @@ class TransformerXLBackbone(Backbone):
     """
 
     family = "transformer_xl"
+    # Megatron layouts of its own weights (see `models.layout_maps`).
+    family_layout_rules = (
+        (r"transformer_layer_\d+/position_projection/kernel", (None, "model")),  # W_R, column-parallel like W_k
+        (r".*/(content_bias|position_bias)", ("model", None)),  # u, v (heads, head_dim): by head
+        (r"token_embedding/embeddings_\d+", (None, "model")),  # adaptive input tables, on their width
+        (r"token_embedding/projection_\d+", ("model", None)),  # (width, hidden_dim): row-parallel
+        (r"lm_head/(output_embeddings_\d+|cluster_weight)", (None, "model")),  # adaptive softmax tables
+        (r"lm_head/projection_\d+", (None, "model")),  # (hidden_dim, width): column-parallel
+    )
 
     def __init__(
         self,

@@ -139,6 +139,12 @@ class ViLBERTBackbone(Backbone):
     """
 
     family = "vilbert"
+    # Megatron layouts of its own weights (see `models.layout_maps`): the
+    # region and box projections into the visual stream, like token embeddings.
+    family_layout_rules = (
+        (r"(region|box)_embedding/kernel", (None, "model")),
+        (r"(region|box)_embedding/bias", ("model",)),
+    )
 
     def __init__(
         self,

@@ -116,6 +116,12 @@ class ViTBackbone(Backbone):
     """
 
     family = "vit"
+    # Megatron layouts of its own weights (see `models.layout_maps`): the
+    # patch projection, like token embeddings, on the hidden axis.
+    family_layout_rules = (
+        (r"patch_embedding/projection/kernel", (None, None, None, "model")),
+        (r"patch_embedding/projection/bias", ("model",)),
+    )
 
     def __init__(
         self,
