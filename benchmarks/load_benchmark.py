@@ -142,7 +142,7 @@ def main():
     parser.add_argument("--directory", default="benchmarks/results/load_checkpoints")
     parser.add_argument("--models", nargs="+", default=["bert_base"], choices=sorted(SHAPES))
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of one load per contender")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of one load per contender (0: only --prepare)")
     parser.add_argument("--prepare", action="store_true", help="write the checkpoints first")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--once", nargs=2, metavar=("MODEL", "CONTENDER"), help=argparse.SUPPRESS)
@@ -153,6 +153,8 @@ def main():
     if arguments.prepare:
         for model in arguments.models:
             prepare(arguments.directory, model)
+        if arguments.repeats == 0:
+            return
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}; "
           f"KERAS_BACKEND={backend}")

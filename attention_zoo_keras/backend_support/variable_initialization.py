@@ -11,7 +11,10 @@ which the strict load then reports) draws from its initializer as usual.
 
 Keras creates a variable's value in `Variable._initialize_with_initializer`
 on every backend; this module wraps that method (once, on first use) and
-consults the innermost active mapping. On JAX under a
+consults the innermost active mapping. On torch the variable takes the
+array's own memory when nothing else holds it (a checkpoint's tensors are
+copy-on-write memory maps, `hub.weights.Checkpoint`: nothing is read until
+used, and the weights are in memory once). On JAX under a
 `keras.distribution`, the host array goes straight into the variable's
 shards (`jax.device_put` with its sharding), never whole onto one device.
 """

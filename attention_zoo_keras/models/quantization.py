@@ -36,11 +36,11 @@ def _own_policy(layer):
     return policy[layer.path] if isinstance(policy, DTypePolicyMap) else policy
 
 
-def dtype_policy_config(model):
+def dtype_policy_config(model, policy=None):
     """The serialized dtype policy that rebuilds `model`'s layers as they are
-    now: its own policy, or, once any layer is quantized, a
-    `DTypePolicyMap` of the quantized layers' policies over it."""
-    policy = model.dtype_policy
+    now: `policy` (by default the model's own), or, once any layer is
+    quantized, a `DTypePolicyMap` of the quantized layers' policies over it."""
+    policy = model.dtype_policy if policy is None else policy
     base = policy.default_policy if isinstance(policy, DTypePolicyMap) else policy
     quantized = {
         layer.path: _own_policy(layer)

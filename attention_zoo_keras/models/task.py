@@ -136,7 +136,7 @@ class Task(ValidatesInputs, TracedSteps, Quantizes, keras.Model):
         backbone = serialize(self.backbone)
         # The head takes the backbone's dtype policy: a quantized head's
         # layers are recorded in the backbone's policy map.
-        backbone["config"]["dtype"] = dtype_policy_config(self)
+        backbone["config"]["dtype"] = dtype_policy_config(self, self.backbone.dtype_policy)
         return {"backbone": backbone, "name": self.name, "trainable": self.trainable}
 
     # --- adaptation --------------------------------------------------------

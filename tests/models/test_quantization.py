@@ -155,3 +155,19 @@ def test_integers_for_a_float_variable_are_refused_by_name(tmp_path):
 
     with pytest.raises(CheckpointMismatchError, match=f"'{key}'.*float32.*int8"):
         azk.models.GPTCausalLM.from_preset(tmp_path, preprocessor=None)
+
+
+def test_a_bfloat16_task_keeps_its_dtype_in_the_preset(tmp_path):
+    """The task's config records its backbone's policy (the task itself has
+    the default one), quantized or not."""
+    keras.utils.set_random_seed(0)
+    lm = azk.models.GPTCausalLM(tiny_gpt(dtype="bfloat16"))
+    lm.save_to_preset(tmp_path / "bf16")
+    lm.quantize("int8")
+    lm.save_to_preset(tmp_path / "int8")
+    assert azk.models.GPTCausalLM.from_preset(tmp_path / "bf16", preprocessor=None).backbone.compute_dtype == "bfloat16"
+    quantized = azk.models.GPTCausalLM.from_preset(tmp_path / "int8", preprocessor=None)
+    policies = {layer.path: layer.dtype_policy for layer in quantized._flatten_layers()}
+    query = policies["transformer_layer_0/self_attention/query"]
+    assert query["transformer_layer_0/self_attention/query"].name == "int8_from_bfloat16"
+    assert quantized.backbone.compute_dtype == "bfloat16"
