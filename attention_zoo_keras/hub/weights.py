@@ -95,9 +95,9 @@ class Checkpoint:
     Args:
         source: a `PresetSource`.
 
-    Tensors are read lazily, one at a time, as numpy arrays mapped from
-    the file (copy-on-write); `shape(key)` reads only the file's header. Shard names in the index must stay inside
-    the preset.
+    Tensors are read lazily, one at a time, as numpy arrays mapped from the
+    file (copy-on-write); `shape(key)` reads only the file's header. Shard
+    names in the index must stay inside the preset.
     """
 
     # Every read returns a new array that nothing else holds.
@@ -243,7 +243,9 @@ def read_tensor(path, data_start, entry):
     start, end = entry["data_offsets"]
     count = (end - start) // dtype.itemsize
     if count != int(np.prod(shape, dtype=np.int64)) or count * dtype.itemsize != end - start:
-        raise ValueError(f"its byte range {start}..{end} does not hold a {entry['dtype']} tensor of shape {list(shape)}")
+        raise ValueError(
+            f"its byte range {start}..{end} does not hold a {entry['dtype']} tensor of shape {list(shape)}"
+        )
     if not shape or count == 0:  # nothing to map
         array = np.fromfile(path, dtype=dtype, count=count, offset=data_start + start)
         if array.size != count:
