@@ -11,6 +11,20 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 import pytest  # noqa: E402
 
+
+def _two_logical_cpu_devices():
+    """Splits TensorFlow's CPU into two logical devices before it starts, for
+    the data-parallel tests (`tf.distribute.MirroredStrategy`); ops still
+    run on the first unless placed."""
+    import tensorflow as tf
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+if os.environ.get("KERAS_BACKEND") == "tensorflow":
+    _two_logical_cpu_devices()
+
 from tests.hub_server import serving, set_offline
 
 

@@ -58,7 +58,9 @@ not applied — as in transformers and trax).
 plain shared-QK attention over the whole sequence with the same masks
 (transformers' `do_standard_self_attention`); the rounds would all see the
 same keys anyway. Longer sequences must be a multiple of `chunk_length`
-(the Reformer model pads its inputs to one).
+(the Reformer model pads its inputs to one). A length unknown while
+tracing (a TensorFlow graph of any width) chooses between the two at run
+time (`ops.cond`); it needs `num_buckets`.
 
 **Padding.** transformers puts padding tokens into a bucket of their own
 (bucket `b`, after all real ones, in every round), so they sort to the end
@@ -111,6 +113,7 @@ import numpy as np
 from keras import ops
 from keras import random
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention.blocks import check_positive_int
 from attention_zoo_keras.attention.blocks import check_self_attention
 from attention_zoo_keras.attention.blocks import cyclic_neighbours
@@ -366,7 +369,8 @@ def lsh_attention(
     Raises:
         ValueError: for a length that is neither a multiple of
             `chunk_length` nor at most it, odd bucket counts, rotations of
-            the wrong shape, or unequal query and key lengths.
+            the wrong shape, unequal query and key lengths, or
+            `num_buckets=None` with a length unknown while tracing.
 
     Example:
 
@@ -383,12 +387,14 @@ def lsh_attention(
     before = check_positive_int(num_chunks_before, "num_chunks_before", minimum=0)
     after = check_positive_int(num_chunks_after, "num_chunks_after", minimum=0)
     length, heads, head_dim = key.shape[1], key.shape[2], key.shape[3]
-    if length is None:
+    if length is None and num_buckets is None:
         raise ValueError(
-            "LSH attention needs a static sequence length (its chunks and sort are shaped by it); got "
-            f"key shape {tuple(key.shape)}."
+            "num_buckets=None takes the number of buckets from the sequence length, which is unknown here "
+            f"(key shape {tuple(key.shape)}); give num_buckets."
         )
-    if length > chunk_length and length % chunk_length:
+    if length is None:  # unknown while tracing (a TensorFlow graph of any width)
+        length = ops.shape(key)[1]
+    elif length > chunk_length and length % chunk_length:
         raise ValueError(
             f"The sequence length {length} is not a multiple of chunk_length {chunk_length}: LSH "
             "attention cuts the sorted sequence into whole chunks (pad the inputs to a multiple, as the "
@@ -406,7 +412,7 @@ def lsh_attention(
     value_t = ops.transpose(value, (0, 2, 1, 3))
     batch, value_dim = ops.shape(query_t)[0], value.shape[3]
 
-    if length <= chunk_length:  # transformers' do_standard_self_attention: one chunk, no hashing
+    def standard_attention():  # transformers' do_standard_self_attention: one chunk, no hashing
         position = ops.broadcast_to(ops.arange(length, dtype="int32"), (batch, heads, 1, length))
         output, _ = attend_chunks(
             query_t[:, :, None], length_norm(key_t)[:, :, None], value_t[:, :, None], position, position, mask,
@@ -414,50 +420,57 @@ def lsh_attention(
         )
         return ops.transpose(output[:, :, 0], (0, 2, 1, 3))
 
-    if rotations is None and seed is not None:
-        rotations = seeded_rotations(expected, check_positive_int(seed, "seed", minimum=0))
-    elif rotations is None:
-        # Drawn in float32 whatever the compute dtype, so that a seed hashes alike in every precision.
-        rotations = random.normal(expected, dtype="float32", seed=seed_generator)
-    token_mask = None
-    if mask is not None:
-        token_mask = real_tokens(mask)
-    buckets = lsh_buckets(key, rotations, factors, token_mask)  # (B, N, n_h, L)
+    def hashed_attention():
+        hashing = rotations
+        if hashing is None and seed is not None:
+            hashing = seeded_rotations(expected, check_positive_int(seed, "seed", minimum=0))
+        elif hashing is None:
+            # Drawn in float32 whatever the compute dtype, so that a seed hashes alike in every precision.
+            hashing = random.normal(expected, dtype="float32", seed=seed_generator)
+        token_mask = None
+        if mask is not None:
+            token_mask = real_tokens(mask)
+        buckets = lsh_buckets(key, hashing, factors, token_mask)  # (B, N, n_h, L)
 
-    # Sort the n_h·L (round, position) entries by (round, bucket, position).
-    # Every sort key is distinct, so any argsort is the stable one.
-    rounds_apart = math.prod(factors) + 1  # with the padding bucket
-    offsets = ops.arange(num_hashes, dtype="int32")[:, None] * rounds_apart
-    sort_keys = (buckets + offsets) * length + ops.arange(length, dtype="int32")
-    sort_keys = ops.reshape(sort_keys, (batch, heads, num_hashes * length))
-    order = ops.cast(ops.argsort(sort_keys, axis=-1), "int32")  # flat entries r·L + i
-    undo_order = ops.cast(ops.argsort(order, axis=-1), "int32")
-    position = order % length
+        # Sort the n_h·L (round, position) entries by (round, bucket, position).
+        rounds_apart = math.prod(factors) + 1  # with the padding bucket
+        offsets = ops.arange(num_hashes, dtype="int32")[:, None] * rounds_apart
+        sort_keys = (buckets + offsets) * length + ops.arange(length, dtype="int32")
+        sort_keys = ops.reshape(sort_keys, (batch, heads, num_hashes * length))
+        # Every sort key is distinct, so any argsort is the stable one.
+        order = backend_support.argsort_distinct(sort_keys)  # flat entries r·L + i
+        undo_order = backend_support.argsort_distinct(order)
+        position = order % length
 
-    gather = position[..., None]
-    num_chunks = num_hashes * length // chunk_length
-    chunk_position = ops.reshape(position, (batch, heads, num_chunks, chunk_length))
-    sorted_query = ops.take_along_axis(query_t, gather, axis=2)
-    sorted_key = length_norm(ops.take_along_axis(key_t, gather, axis=2))
-    sorted_value = ops.take_along_axis(value_t, gather, axis=2)
-    output, normaliser = attend_chunks(
-        ops.reshape(sorted_query, (batch, heads, num_chunks, chunk_length, head_dim)),
-        cyclic_neighbours(
-            ops.reshape(sorted_key, (batch, heads, num_chunks, chunk_length, head_dim)), before, after, axis=2
-        ),
-        cyclic_neighbours(
-            ops.reshape(sorted_value, (batch, heads, num_chunks, chunk_length, value_dim)), before, after, axis=2
-        ),
-        chunk_position,
-        cyclic_neighbours(chunk_position, before, after, axis=2),
-        mask, is_causal, length, dropout_rate, training, seed_generator,
-    )
+        gather = position[..., None]
+        num_chunks = num_hashes * length // chunk_length
+        chunk_position = ops.reshape(position, (batch, heads, num_chunks, chunk_length))
+        sorted_query = ops.take_along_axis(query_t, gather, axis=2)
+        sorted_key = length_norm(ops.take_along_axis(key_t, gather, axis=2))
+        sorted_value = ops.take_along_axis(value_t, gather, axis=2)
+        output, normaliser = attend_chunks(
+            ops.reshape(sorted_query, (batch, heads, num_chunks, chunk_length, head_dim)),
+            cyclic_neighbours(
+                ops.reshape(sorted_key, (batch, heads, num_chunks, chunk_length, head_dim)), before, after, axis=2
+            ),
+            cyclic_neighbours(
+                ops.reshape(sorted_value, (batch, heads, num_chunks, chunk_length, value_dim)), before, after,
+                axis=2,
+            ),
+            chunk_position,
+            cyclic_neighbours(chunk_position, before, after, axis=2),
+            mask, is_causal, length, dropout_rate, training, seed_generator,
+        )
 
-    # Back to (round, position) order, then one softmax over the rounds.
-    output = ops.take_along_axis(
-        ops.reshape(output, (batch, heads, num_hashes * length, value_dim)), undo_order[..., None], axis=2
-    )
-    normaliser = ops.take_along_axis(ops.reshape(normaliser, (batch, heads, -1)), undo_order, axis=2)
-    output = ops.reshape(output, (batch, heads, num_hashes, length, value_dim))
-    normaliser = ops.reshape(normaliser, (batch, heads, num_hashes, length))
-    return ops.transpose(combine_rounds(output, normaliser, value.dtype), (0, 2, 1, 3))
+        # Back to (round, position) order, then one softmax over the rounds.
+        output = ops.take_along_axis(
+            ops.reshape(output, (batch, heads, num_hashes * length, value_dim)), undo_order[..., None], axis=2
+        )
+        normaliser = ops.take_along_axis(ops.reshape(normaliser, (batch, heads, -1)), undo_order, axis=2)
+        output = ops.reshape(output, (batch, heads, num_hashes, length, value_dim))
+        normaliser = ops.reshape(normaliser, (batch, heads, num_hashes, length))
+        return ops.transpose(combine_rounds(output, normaliser, value.dtype), (0, 2, 1, 3))
+
+    if isinstance(length, int):
+        return standard_attention() if length <= chunk_length else hashed_attention()
+    return ops.cond(length <= chunk_length, standard_attention, hashed_attention)

@@ -87,9 +87,19 @@ def gather_mask(mask, query_index, key_index):
     if not full_query and not full_key:
         return mask[:, :, :, :, None]
     if not full_query:
-        return ops.take(mask[:, :, 0, :], key_index, axis=2)
+        return _take_on_axis_2(mask[:, :, 0, :], key_index)
     if not full_key:
-        return ops.take(mask[:, :, :, 0], query_index, axis=2)
+        return _take_on_axis_2(mask[:, :, :, 0], query_index)
     key_length = mask.shape[3] if mask.shape[3] is not None else ops.shape(mask)[3]
     flat = ops.reshape(mask, (ops.shape(mask)[0], ops.shape(mask)[1], -1))
-    return ops.take(flat, query_index * key_length + key_index, axis=2)
+    return _take_on_axis_2(flat, query_index * key_length + key_index)
+
+
+def _take_on_axis_2(x, index):
+    """`ops.take(x, index, axis=2)` for `x` of rank 3: `x.shape[:2] +
+    index.shape`. Written as a `take_along_axis` of the flattened index,
+    because torch's `take` ends in a `squeeze` of that axis (a no-op in
+    torch) which torch's ONNX exporter turns into an invalid ONNX `Squeeze`."""
+    index = ops.convert_to_tensor(index)
+    gathered = ops.take_along_axis(x, ops.reshape(index, (1, 1, -1)), axis=2)
+    return ops.reshape(gathered, (*ops.shape(x)[:2], *ops.shape(index)))

@@ -12,6 +12,7 @@ whose answer depends on the backend live here, one concern per module:
 - `fused_optimizers`: optimizer updates as one fused kernel;
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
+- `sorting`: sorting that every backend's exporter converts;
 - `keras_workarounds`: help Keras' training loops need on one backend;
 - `variable_initialization`: variables created holding a checkpoint's
   values (straight into their shards under a distribution).
@@ -38,10 +39,12 @@ from attention_zoo_keras.backend_support.keras_workarounds import variables_rest
 from attention_zoo_keras.backend_support.randomness import seeded_global_random
 from attention_zoo_keras.backend_support.recorded_steps import compile_step
 from attention_zoo_keras.backend_support.recorded_steps import compile_training_step
+from attention_zoo_keras.backend_support.sorting import argsort_distinct
 from attention_zoo_keras.backend_support.variable_initialization import initialized_from
 from attention_zoo_keras.backend_support.variable_initialization import is_integer_dtype
 
 __all__ = [
+    "argsort_distinct",
     "backend_name",
     "batches_of_any_width",
     "compile_inference",

@@ -108,6 +108,26 @@ def _quantized_layer_paths(dtype):
     return set(policy) if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else set()
 
 
+def _rebased_dtype(saved, requested):
+    """The dtype a backbone loads with when `from_preset(dtype=requested)`
+    overrides the `saved` one: a quantized preset's saved policy map (its
+    quantized layers over a float default, serialized) keeps its quantized
+    layers, with `requested` as the float dtype they and the rest compute in
+    (`int8_from_float32` becomes `int8_from_bfloat16`); anything else is
+    replaced by `requested`."""
+    if not (isinstance(saved, dict) and saved.get("class_name") == "DTypePolicyMap"):
+        return requested
+    requested_policy = keras.dtype_policies.get(requested)
+    if isinstance(requested_policy, keras.dtype_policies.DTypePolicyMap):
+        return requested
+    name = requested_policy.name
+    policy_map = {}
+    for path, policy in saved["config"]["policy_map"].items():
+        config = policy.get("config", {})
+        policy_map[path] = {**policy, "config": {**config, "source_name": name}} if "source_name" in config else policy
+    return {**saved, "config": {"default_policy": name, "policy_map": policy_map}}
+
+
 def _adapted(backbone, arrays, description):
     """`arrays` fitted to `backbone` by its family converter's `adapt_arrays`."""
     converter = converter_for_backbone(type(backbone))
@@ -133,6 +153,14 @@ class RenamedArrays(collections.abc.Mapping):
 
     def __len__(self):
         return len(self._names)
+
+
+class _FreshConversion(dict):
+    """A converter's output made for one model: its arrays (views of the
+    checkpoint's fresh reads, or arrays made by the conversion) are held by
+    nothing else (see `backend_support.initialized_from`)."""
+
+    reads_fresh_arrays = True
 
 
 class PresetLoader:
@@ -342,7 +370,10 @@ class NativePresetLoader(PresetLoader):
         if not isinstance(saved, dict):
             raise PresetFileError(f"{where} has no backbone 'config' object.")
         check_arguments(backbone_cls, saved, where)
-        return backbone_cls, {**saved, **self.source.config_overrides, **overrides}
+        arguments = {**saved, **self.source.config_overrides, **overrides}
+        if "dtype" in saved and arguments["dtype"] is not saved["dtype"]:
+            arguments["dtype"] = _rebased_dtype(saved["dtype"], arguments["dtype"])
+        return backbone_cls, arguments
 
     def _backbone_arrays(self, backbone):
         arrays = _adapted(backbone, self.checkpoint, self.description)
@@ -456,27 +487,32 @@ class TransformersPresetLoader(PresetLoader):
         """The converted `{variable key: array}`, converted once; every source
         tensor must be read by the converter or be one it knowingly ignores."""
         if self._converted is None:
-            tracked = TrackedArrays(self.checkpoint)
-            converted = self.converter.weights(self.config, tracked)
-            unread = {
-                key for key in self.checkpoint.keys()
-                if key not in tracked.read and not matches_any(key, self.converter.ignored_source_keys)
-            }
-            if unread:
-                raise CheckpointMismatchError(
-                    f"Checkpoint '{self.description}' holds {len(unread)} tensors the "
-                    f"'{self.converter.model_type}' converter does not know, so they would be "
-                    f"dropped: {_listing(unread)}. This checkpoint is not one the converter "
-                    "reads faithfully; nothing was loaded."
-                )
-            self._converted = converted
+            self._converted = self._convert()
         return self._converted
+
+    def _convert(self):
+        tracked = TrackedArrays(self.checkpoint)
+        converted = self.converter.weights(self.config, tracked)
+        unread = {
+            key for key in self.checkpoint.keys()
+            if key not in tracked.read and not matches_any(key, self.converter.ignored_source_keys)
+        }
+        if unread:
+            raise CheckpointMismatchError(
+                f"Checkpoint '{self.description}' holds {len(unread)} tensors the "
+                f"'{self.converter.model_type}' converter does not know, so they would be "
+                f"dropped: {_listing(unread)}. This checkpoint is not one the converter "
+                "reads faithfully; nothing was loaded."
+            )
+        return converted
 
     def _provided_keys(self):
         return set(self.arrays())
 
     def _initial_arrays(self):
-        return self.arrays()
+        # Converted afresh (mostly views of the checkpoint's memory maps), so
+        # the model built from them may take their memory.
+        return _FreshConversion(self._convert())
 
     def _tensor_shape(self, key):
         arrays = self.arrays()

@@ -10,17 +10,15 @@ Nothing here unpickles: safetensors only.
 import collections.abc
 import json
 import re
-import struct
 from pathlib import PurePosixPath
 
 import keras
-import ml_dtypes
 import numpy as np
-from safetensors import SafetensorError
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from attention_zoo_keras.backend_support import is_integer_dtype
+from attention_zoo_keras.hub.safetensors_file import read_layout
+from attention_zoo_keras.hub.safetensors_file import read_tensor
+from attention_zoo_keras.hub.safetensors_file import write_safetensors
 from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.source import inside
 
@@ -70,17 +68,17 @@ def save_arrays(arrays, directory, max_shard_size=DEFAULT_MAX_SHARD_SIZE):
         if current and current_size + array.nbytes > limit:
             shards.append(current)
             current, current_size = {}, 0
-        current[key] = np.require(array, requirements="C")  # keeps a scalar's shape ()
+        current[key] = array
         current_size += array.nbytes
     shards.append(current)
     metadata = {"format": "np"}
     if len(shards) == 1:
-        save_file(shards[0], str(directory / WEIGHTS_FILE), metadata=metadata)
+        write_safetensors(directory / WEIGHTS_FILE, shards[0], metadata=metadata)
         return
     weight_map = {}
     for number, shard in enumerate(shards, start=1):
         name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(directory / name), metadata=metadata)
+        write_safetensors(directory / name, shard, metadata=metadata)
         weight_map.update({key: name for key in shard})
     index = {
         "metadata": {"total_size": int(sum(a.nbytes for a in arrays.values()))},
@@ -105,10 +103,9 @@ class Checkpoint:
 
     def __init__(self, source):
         self.source = source
-        self._open_files = {}
-        self._layouts = {}
+        self._layouts = {}  # {file name: (path, data offset, header entries)}
         if source.file(WEIGHTS_FILE) is not None:
-            self._file_of_key = {key: WEIGHTS_FILE for key in self._handle(WEIGHTS_FILE).keys()}
+            self._file_of_key = {key: WEIGHTS_FILE for key in self._layout(WEIGHTS_FILE)[2]}
         elif source.file(INDEX_FILE) is not None:
             index = source.json(INDEX_FILE)
             weight_map = index.get("weight_map") if isinstance(index, dict) else None
@@ -142,16 +139,26 @@ class Checkpoint:
                 "directory; shards must be files of the preset itself, so nothing was loaded."
             )
 
-    def _handle(self, filename):
-        if filename not in self._open_files:
+    def _layout(self, filename):
+        """`read_layout` of the file `filename`, read and checked once."""
+        if filename not in self._layouts:
             path = self.source.require(filename)
             try:
-                self._open_files[filename] = safe_open(str(path), framework="numpy")
-            except (SafetensorError, OSError, ValueError) as error:
+                self._layouts[filename] = (path, *read_layout(path))
+            except (OSError, ValueError) as error:
                 raise self.source.unreadable(
                     filename, path, f"is not a readable safetensors file ({error})"
                 ) from error
-        return self._open_files[filename]
+        return self._layouts[filename]
+
+    def _entry(self, key):
+        filename = self._file_of_key[key]
+        path, data_start, entries = self._layout(filename)
+        if key not in entries:
+            raise self.source.unreadable(
+                filename, path, f"lacks the tensor '{key}' that '{INDEX_FILE}' places in it"
+            )
+        return path, data_start, entries[key]
 
     def keys(self):
         """Every tensor name in the checkpoint."""
@@ -162,31 +169,19 @@ class Checkpoint:
 
     def shape(self, key):
         """The shape of tensor `key`, from its file's header (no data read)."""
-        filename = self._file_of_key[key]
-        try:
-            return tuple(self._handle(filename).get_slice(key).get_shape())
-        except (SafetensorError, OSError, ValueError) as error:
-            raise self._unreadable_tensor(key, filename, error) from error
+        return tuple(self._entry(key)[2]["shape"])
 
     def __getitem__(self, key):
         """Tensor `key`, a copy-on-write memory map of its bytes in the file
         (`read_tensor`): nothing is read until used, and each read is a
         mapping of its own, released with the array."""
-        filename = self._file_of_key[key]
-        self._handle(filename)  # the file was opened and checked by safetensors
-        path = self.source.require(filename)
+        path, data_start, entry = self._entry(key)
         try:
-            if filename not in self._layouts:
-                self._layouts[filename] = read_layout(path)
-            data_start, entries = self._layouts[filename]
-            return read_tensor(path, data_start, entries[key])
-        except (OSError, ValueError, KeyError) as error:
-            raise self._unreadable_tensor(key, filename, error) from error
-
-    def _unreadable_tensor(self, key, filename, error):
-        return self.source.unreadable(
-            filename, self.source.require(filename), f"has a tensor '{key}' that cannot be read ({error})"
-        )
+            return read_tensor(path, data_start, entry)
+        except OSError as error:
+            raise self.source.unreadable(
+                self._file_of_key[key], path, f"has a tensor '{key}' that cannot be read ({error})"
+            ) from error
 
 
 class TrackedArrays(collections.abc.Mapping):
@@ -210,49 +205,6 @@ class TrackedArrays(collections.abc.Mapping):
 
     def __len__(self):
         return len(self._arrays.keys())
-
-
-# The safetensors dtype names, as numpy dtypes (ml_dtypes for those numpy lacks).
-NUMPY_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-    "F8_E4M3": ml_dtypes.float8_e4m3fn, "F8_E5M2": ml_dtypes.float8_e5m2,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
-    "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
-}
-
-
-def read_layout(path):
-    """`(offset of the data, {key: header entry})` of a safetensors file.
-
-    The format is an 8-byte little-endian header length, a JSON header giving
-    each tensor's dtype, shape and byte range in the data, then the data.
-    """
-    with open(path, "rb") as file:
-        (header_length,) = struct.unpack("<Q", file.read(8))
-        header = json.loads(file.read(header_length))
-    header.pop("__metadata__", None)
-    return 8 + header_length, header
-
-
-def read_tensor(path, data_start, entry):
-    """The tensor a header `entry` describes, read from `path`."""
-    if entry["dtype"] not in NUMPY_DTYPES:
-        raise ValueError(f"the unsupported dtype {entry['dtype']}")
-    dtype = np.dtype(NUMPY_DTYPES[entry["dtype"]])
-    shape = tuple(entry["shape"])
-    start, end = entry["data_offsets"]
-    count = (end - start) // dtype.itemsize
-    if count != int(np.prod(shape, dtype=np.int64)) or count * dtype.itemsize != end - start:
-        raise ValueError(
-            f"its byte range {start}..{end} does not hold a {entry['dtype']} tensor of shape {list(shape)}"
-        )
-    if not shape or count == 0:  # nothing to map
-        array = np.fromfile(path, dtype=dtype, count=count, offset=data_start + start)
-        if array.size != count:
-            raise ValueError(f"the file ends before its {end - start} bytes")
-        return array.reshape(shape)
-    # Copy-on-write: pages are read when first used, writes stay in memory.
-    return np.memmap(path, dtype=dtype, mode="c", offset=data_start + start, shape=shape).view(np.ndarray)
 
 
 def check_arrays(variables, arrays, source_description, optional_keys=(), filled=()):

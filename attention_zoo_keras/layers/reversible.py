@@ -23,7 +23,9 @@ and normalises the concatenation `[Y1; Y2]` (width `2·d`) afterwards
 Which backends recompute: JAX (`jax.custom_vjp`), TensorFlow
 (`tf.custom_gradient`) and PyTorch (`torch.autograd.Function`), through
 `backend_support.custom_gradient_from_outputs`; any other backend runs the
-same forward pass with ordinary residuals (activations stored).
+same forward pass with ordinary residuals (activations stored). Calls at
+inference (`training` false or unset) run ordinary residuals on every
+backend: there is no dropout to replay and, as a rule, no backward pass.
 """
 
 import contextlib
@@ -88,27 +90,34 @@ class ReversibleSequence(keras.layers.Layer):
     `Y2 = X2 + G(Y1)`, whose backward pass recomputes activations instead
     of storing them.
 
-    Memory: with `recompute=True` on JAX, TensorFlow and PyTorch, training
-    keeps the final `(Y1, Y2)` for the backward pass (plus whatever one layer
-    needs while its gradient is taken), whatever the number of layers; the
-    price is one more forward pass of every `F` and `G` (the activations
-    held for a gradient step, measured in `tests/layers/test_reversible.py`,
-    stay flat from 2 to 8 layers, where stored residuals grow about linearly).
-    Gradients reach the
-    branches' weights (`model.fit`, `GradientTape`, `jax.grad` of a
-    `stateless_call`, `loss.backward()` alike). On other backends, and with
-    `recompute=False`, the same function is computed with ordinary residuals.
+    Memory: with `recompute=True` on JAX, TensorFlow and PyTorch, a training
+    call (`training=True`) keeps the final `(Y1, Y2)` for the backward pass
+    (plus whatever one layer needs while its gradient is taken), whatever the
+    number of layers; the price is one more forward pass of every `F` and `G`
+    (the activations held for a gradient step, measured in
+    `tests/layers/test_reversible.py`, stay flat from 2 to 8 layers, where
+    stored residuals grow about linearly). Gradients reach the branches'
+    weights (`model.fit`, `GradientTape`, `jax.grad` of a `stateless_call`,
+    `loss.backward()` alike). On other backends, and with `recompute=False`,
+    the same function is computed with ordinary residuals.
 
-    Randomness: every call draws one seed per seed generator of the branches
-    (e.g. per `Dropout`, per `MultiHeadAttention`) from this layer's own
-    generator (`seed`), and the branches run with those seeds in the forward
-    pass and again in the recomputation, so dropout masks agree. Under torch,
-    where the fused attention drops out with torch's global generator
-    (`backend_support.native_fused_attention`), each branch also runs
-    with that generator seeded from a per-call seed of its own, and restored
-    afterwards (`backend_support.seeded_global_random`). Both modes use the
-    same seeds: with the same `seed`, `recompute=True` and `recompute=False`
-    compute the same values and gradients, dropout included.
+    Inference (`training` false or unset) computes the same function with
+    ordinary residuals, the branches called as they are (on their variables
+    and their own seed generators): it draws no seeds and has no custom
+    gradient, so it traces and exports (`model.export`) as plain operations;
+    gradients of such a call, if taken, are those of stored residuals.
+
+    Randomness: every training call draws one seed per seed generator of
+    the branches (e.g. per `Dropout`, per `MultiHeadAttention`) from this
+    layer's own generator (`seed`), and the branches run with those seeds in
+    the forward pass and again in the recomputation, so dropout masks agree.
+    Under torch, where the fused attention drops out with torch's global
+    generator (`backend_support.native_fused_attention`), each branch also
+    runs with that generator seeded from a per-call seed of its own, and
+    restored afterwards (`backend_support.seeded_global_random`). Both modes
+    use the same seeds: with the same `seed`, `recompute=True` and
+    `recompute=False` compute the same values and gradients, dropout
+    included.
 
     Requirements on the branches: `F` and `G` map `(batch, length, d)` to
     the same shape; they read only their own variables (`layer.variables`);
@@ -125,8 +134,9 @@ class ReversibleSequence(keras.layers.Layer):
             (it receives `attention_mask` and `f_kwargs`), `G`
             feed-forward-like (it receives `g_kwargs`). Both receive
             `training` if their `call` takes it.
-        recompute: `True` to save memory by recomputation where the backend
-            allows it; `False` for ordinary residuals (activations stored).
+        recompute: `True` to save memory by recomputation in training calls
+            where the backend allows it; `False` for ordinary residuals
+            (activations stored).
         seed: integer seed of the branches' randomness (dropout).
 
     Call args:
@@ -174,8 +184,9 @@ class ReversibleSequence(keras.layers.Layer):
 
     @property
     def recomputes(self):
-        """Whether the backward pass recomputes activations here (`recompute`
-        set and the backend supports custom gradients)."""
+        """Whether the backward pass of a training call recomputes
+        activations here (`recompute` set and the backend supports custom
+        gradients)."""
         return bool(self.recompute) and backend_support.supports_custom_gradients()
 
     def build(self, input_shape):
@@ -243,6 +254,20 @@ class ReversibleSequence(keras.layers.Layer):
         f_kwargs, g_kwargs = keras.tree.pack_sequence_as(structure, leaves)
         return values, seeds, f_kwargs, g_kwargs
 
+    @staticmethod
+    def _inference(plan, x1, x2, f_kwargs, g_kwargs, training):
+        """`(Y1, Y2)` with ordinary residuals, each branch called on its own
+        variables and seed generators (see the class docstring)."""
+
+        def run(entry, x, kwargs):
+            layer, _, _, takes_training, _ = entry
+            return layer(x, **(dict(kwargs, training=training) if takes_training else kwargs))
+
+        for f_entry, g_entry in plan.entries:
+            x1 = x1 + run(f_entry, x2, f_kwargs)
+            x2 = x2 + run(g_entry, x1, g_kwargs)
+        return x1, x2
+
     def _forward(self, plan, inputs, params, constants, static, training):
         x1, x2 = inputs
         values, seeds, f_kwargs, g_kwargs = self._unpack(plan, params, constants, static)
@@ -294,13 +319,16 @@ class ReversibleSequence(keras.layers.Layer):
         x1 = keras.ops.convert_to_tensor(x1, dtype=self.compute_dtype)
         x2 = keras.ops.convert_to_tensor(x2, dtype=self.compute_dtype)
         plan = _Plan(self.blocks)
-        values = [keras.ops.convert_to_tensor(variable) for variable in plan.variables]
-        seeds = [self.seed_generator.next() for _ in range(plan.num_seeds)]
-
         f_kwargs = dict(f_kwargs or {})
         if attention_mask is not None:
             f_kwargs["attention_mask"] = attention_mask
-        structure = (f_kwargs, dict(g_kwargs or {}))
+        g_kwargs = dict(g_kwargs or {})
+        if not training:
+            return self._inference(plan, x1, x2, f_kwargs, g_kwargs, training)
+
+        values = [keras.ops.convert_to_tensor(variable) for variable in plan.variables]
+        seeds = [self.seed_generator.next() for _ in range(plan.num_seeds)]
+        structure = (f_kwargs, g_kwargs)
         leaves = keras.tree.flatten(structure)
         is_tensor = [keras.ops.is_tensor(leaf) or isinstance(leaf, np.ndarray) for leaf in leaves]
         static = (structure, is_tensor, [leaf for leaf, flag in zip(leaves, is_tensor) if not flag])

@@ -2,13 +2,17 @@
 is created holding its value, so no initializer runs for it — in this
 library's format and in `transformers`' — while variables the preset lacks
 (a fresh task head) still start from their initializers, and the loaded
-model equals the saved one."""
+model equals the saved one. The weights are in memory once: where the
+backend allows, a variable is the checkpoint file's copy-on-write mapping."""
+
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.backend_support import initialized_from
 from tests.support.tiny_models import text_features
 from tests.support.tiny_models import tiny_bert
 
@@ -93,3 +97,99 @@ def test_a_preset_in_another_dtype_is_created_in_that_dtype(tmp_path, initialize
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32")), _numpy(backbone)[kernel], rtol=1e-2
     )
+
+
+# --- weights in memory once: variables on the checkpoint's own memory -----------------------------
+
+BACKEND = keras.backend.backend()
+
+
+def _mapped_ranges(path):
+    """The address ranges where this process maps the file `path`."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == str(Path(path).resolve()):
+            low, high = (int(bound, 16) for bound in fields[0].split("-"))
+            ranges.append((low, high))
+    return ranges
+
+
+def _address(variable):
+    value = variable.value
+    return value.data_ptr() if BACKEND == "torch" else value.unsafe_buffer_pointer()
+
+
+def _in_file(variables, path):
+    ranges = _mapped_ranges(path)
+    return {v.path for v in variables if any(low <= _address(v) < high for low, high in ranges)}
+
+
+needs_proc_maps = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc/self/maps")
+
+
+@needs_proc_maps
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="TensorFlow copies host arrays into its own buffers")
+def test_a_native_preset_s_variables_are_the_file_s_memory(tmp_path):
+    """Every tensor of a model whose rows are multiples of 64 bytes starts
+    aligned in a preset this library writes, so each variable is the
+    checkpoint's copy-on-write mapping: nothing is copied at load."""
+    keras.utils.set_random_seed(0)
+    backbone = tiny_bert(hidden_dim=16, intermediate_dim=32, vocabulary_size=32)
+    backbone.save_to_preset(tmp_path)
+
+    loaded = azk.models.BertBackbone.from_preset(tmp_path)
+
+    assert _in_file(loaded.weights, tmp_path / "model.safetensors") == {v.path for v in loaded.weights}
+    x = text_features(2, 8)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(loaded(x)["sequence_output"]), keras.ops.convert_to_numpy(backbone(x)["sequence_output"])
+    )
+
+
+@needs_proc_maps
+@pytest.mark.skipif(BACKEND != "torch", reason="torch computes with strided (transposed) weights as they are")
+def test_transposed_kernels_of_a_transformers_checkpoint_stay_views_of_the_file(tiny_bert_checkpoints):
+    path = tiny_bert_checkpoints["model"]
+    loaded = azk.models.BertBackbone.from_preset(str(path))
+    kernels = [v for v in loaded.weights if v.path.endswith("query/kernel")]
+    assert kernels and all(not v.value.is_contiguous() for v in kernels)
+    assert _in_file(loaded.weights, path / "model.safetensors") == {v.path for v in loaded.weights}
+
+
+def test_changing_a_loaded_model_leaves_its_preset_file_alone(tmp_path):
+    """The mapping is copy-on-write: assigning (in place, on torch) changes
+    the model, never the file, and a second load gets the saved weights."""
+    keras.utils.set_random_seed(0)
+    tiny_bert(hidden_dim=16, intermediate_dim=32, vocabulary_size=32).save_to_preset(tmp_path)
+    weights_file = tmp_path / "model.safetensors"
+    saved_bytes = weights_file.read_bytes()
+    loaded = azk.models.BertBackbone.from_preset(tmp_path)
+    saved = _numpy(loaded)
+
+    for variable in loaded.weights:
+        variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+
+    assert weights_file.read_bytes() == saved_bytes
+    assert all(not np.any(value) for value in _numpy(loaded).values())
+    again = _numpy(azk.models.BertBackbone.from_preset(tmp_path))
+    for key, value in saved.items():
+        np.testing.assert_array_equal(again[key], value, err_msg=key)
+
+
+def test_variables_filled_from_one_array_do_not_share_memory():
+    """A converter may hand one array to two variables: each gets its own
+    memory, so training one never changes the other."""
+
+    class FreshArrays(dict):
+        reads_fresh_arrays = True
+
+    array = np.ones((4, 4), np.float32)
+    with initialized_from(FreshArrays({"first/kernel": array, "second/kernel": array})):
+        first, second = keras.layers.Dense(4, name="first"), keras.layers.Dense(4, name="second")
+        first.build((None, 4))
+        second.build((None, 4))
+
+    first.kernel.assign(np.zeros((4, 4), np.float32))
+
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(second.kernel), np.ones((4, 4)))

@@ -1,7 +1,8 @@
 """ReversibleSequence (Reformer §3) against ordinary residuals on the active
-backend: forward values, gradients with respect to the inputs and every
-weight, a `model.fit` step, dropout reproduced in the recomputation, and the
-memory a training step needs as the stack deepens."""
+backend: forward values, gradients of training calls (recomputed) with
+respect to the inputs and every weight, a `model.fit` step, dropout
+reproduced in the recomputation, the memory a training step needs as the
+stack deepens, and inference calls that draw nothing."""
 
 import gc
 
@@ -126,12 +127,13 @@ def weighted_sum(y1, y2):
 # --- forward ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("recompute", [True, False])
-def test_forward_is_the_formula(recompute):
+def test_forward_is_the_formula(recompute, training):
     blocks = make_blocks()
     stack = ReversibleSequence(blocks, recompute=recompute)
     x = inputs()
-    y1, y2 = stack(x, attention_mask=PADDING)
+    y1, y2 = stack(x, attention_mask=PADDING, training=training)
     expected1, expected2 = plain_residuals(blocks, x, x, attention_mask=PADDING)
     np.testing.assert_allclose(numpy(y1), numpy(expected1), atol=1e-6)
     np.testing.assert_allclose(numpy(y2), numpy(expected2), atol=1e-6)
@@ -157,8 +159,9 @@ def test_recomputes_on_every_backend_with_custom_gradients():
 
 
 def test_gradients_match_stored_residuals():
-    """d/dx and d/d(every weight) of a 3-layer stack, recomputed in the
-    backward pass, against the same network with ordinary residuals."""
+    """d/dx and d/d(every weight) of a 3-layer stack's training call (no
+    dropout), recomputed in the backward pass, against the same network with
+    ordinary residuals."""
     blocks = make_blocks(3)
     stack = ReversibleSequence(blocks)
     x = inputs()
@@ -166,7 +169,7 @@ def test_gradients_match_stored_residuals():
     variables = stack.trainable_variables
     assert len(variables) == 3 * (2 + 8 + 2 + 4)  # per layer: F: norm, q/k/v/o; G: norm, FFN
 
-    ours = gradients(lambda x: weighted_sum(*stack(x, attention_mask=PADDING)), x, variables)
+    ours = gradients(lambda x: weighted_sum(*stack(x, attention_mask=PADDING, training=True)), x, variables)
     reference = gradients(
         lambda x: weighted_sum(*plain_residuals(blocks, x, x, attention_mask=PADDING)), x, variables
     )
@@ -186,7 +189,7 @@ def test_frozen_branch_gets_no_gradient_and_the_rest_still_match():
     stack(x)
     variables = stack.trainable_variables
     assert not any(v is w for v in variables for w in blocks[0][0].weights)
-    ours = gradients(lambda x: weighted_sum(*stack(x)), x, variables)
+    ours = gradients(lambda x: weighted_sum(*stack(x, training=True)), x, variables)
     reference = gradients(lambda x: weighted_sum(*plain_residuals(blocks, x, x)), x, variables)
     np.testing.assert_allclose(ours[0], reference[0], rtol=1e-4, atol=1e-5)
     for got, expected in zip(ours[1], reference[1]):
@@ -201,7 +204,7 @@ def test_weights_shared_between_layers_sum_their_gradients():
     stack(x)
     variables = stack.trainable_variables
     assert len(variables) == len(f.trainable_weights) + len(g.trainable_weights)
-    ours = gradients(lambda x: weighted_sum(*stack(x)), x, variables)
+    ours = gradients(lambda x: weighted_sum(*stack(x, training=True)), x, variables)
     reference = gradients(lambda x: weighted_sum(*plain_residuals(blocks, x, x)), x, variables)
     np.testing.assert_allclose(ours[0], reference[0], rtol=1e-4, atol=1e-5)
     for got, expected in zip(ours[1], reference[1]):
@@ -219,7 +222,7 @@ def test_dropout_is_reproduced_in_the_recomputation():
     stored = ReversibleSequence(blocks, recompute=False, seed=11)
     x = inputs()
     reversible(x)
-    stored(x)  # each draws its seeds from its own generator: keep the two in step
+    stored(x)  # builds (an inference call draws no seeds)
     variables = reversible.trainable_variables
 
     def loss(stack):
@@ -236,6 +239,30 @@ def test_dropout_is_reproduced_in_the_recomputation():
     inference = numpy(reversible(x, training=False)[0])
     assert not np.allclose(train_a, inference)
     assert not np.allclose(train_a, train_b)
+
+
+def test_inference_draws_nothing_and_has_the_gradients_of_stored_residuals():
+    """At inference there is no dropout to replay: the stack draws no seeds
+    (its generator keeps its state, so it traces and exports as plain
+    operations), and a gradient taken through it is that of ordinary
+    residuals."""
+    blocks = make_blocks(2, dropout=0.3, attention_dropout=0.2)
+    stack = ReversibleSequence(blocks, seed=3)
+    x = inputs()
+    stack(x)  # builds
+    state = numpy(stack.seed_generator.state).copy()
+    y1, _ = stack(x, attention_mask=PADDING)
+    np.testing.assert_array_equal(numpy(stack.seed_generator.state), state)
+    np.testing.assert_allclose(numpy(y1), numpy(plain_residuals(blocks, x, x, attention_mask=PADDING)[0]), atol=1e-6)
+
+    variables = stack.trainable_variables
+    ours = gradients(lambda x: weighted_sum(*stack(x, attention_mask=PADDING)), x, variables)
+    reference = gradients(
+        lambda x: weighted_sum(*plain_residuals(blocks, x, x, attention_mask=PADDING)), x, variables
+    )
+    np.testing.assert_allclose(ours[0], reference[0], rtol=1e-5, atol=1e-6)
+    for got, expected in zip(ours[1], reference[1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 # --- model.fit ------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Export for serving (issue 21) with Keras' own exporter, `model.export`:
-each family's task, exported with an input signature of fixed shapes (the
-Reformer's chunking needs its length), reloads outside Keras and gives the
-Keras model's outputs: a TensorFlow SavedModel from JAX and TensorFlow
-(`tf.saved_model.load`), ONNX from torch (`onnxruntime`)."""
+each family's task, exported with an input signature of fixed shapes,
+reloads outside Keras and gives the Keras model's outputs: a TensorFlow
+SavedModel from JAX and TensorFlow (`tf.saved_model.load`), ONNX from torch
+(`onnxruntime`). From TensorFlow, a Reformer exported with its length
+unknown serves every length."""
 
 import keras
 import numpy as np
@@ -13,17 +14,6 @@ from tests.support.tiny_models import task_cases
 
 BACKEND = keras.backend.backend()
 FORMAT = "onnx" if BACKEND == "torch" else "tf_saved_model"
-# What Keras' exporters cannot do with a family, and why.
-UNSUPPORTED = {
-    ("tensorflow", "reformer_classifier"): (
-        "Keras' TensorFlow exporter also traces a `serving_default` signature from the model's own inputs, "
-        "whose length is unknown, and the Reformer's chunking needs a static length"
-    ),
-    ("torch", "reformer_classifier"): (
-        "torch.onnx's exporter fails inside its graph conversion (IndexError: 'Argument passed to at() was not "
-        "in the map') on the Reformer's LSH and reversible layers"
-    ),
-}
 
 
 def _signature(x):
@@ -45,8 +35,6 @@ def _reloaded_outputs(path, x):
 
 @pytest.mark.parametrize("case", sorted(task_cases()))
 def test_an_exported_model_gives_the_keras_outputs(case, tmp_path):
-    if (BACKEND, case) in UNSUPPORTED:
-        pytest.skip(UNSUPPORTED[(BACKEND, case)])
     keras.utils.set_random_seed(0)
     model, x = task_cases()[case]()
     expected = outputs_of(model, x)
@@ -58,3 +46,27 @@ def test_an_exported_model_gives_the_keras_outputs(case, tmp_path):
     assert len(actual) == len(expected)
     for got, wanted in zip(actual, expected):
         np.testing.assert_allclose(got, wanted, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(
+    BACKEND != "tensorflow",
+    reason="an unknown length exports from TensorFlow only: JAX's shape-polymorphic export cannot compare the "
+    "symbolic length in Python, and Keras sends torch's dynamic axes to the TorchScript ONNX exporter, which "
+    "needs static sizes",
+)
+def test_a_reformer_exported_with_an_unknown_length_serves_every_length(tmp_path):
+    """The Reformer pads to its chunk lengths inside the graph: one
+    SavedModel serves a length its LSH layer attends to whole (3), one it
+    pads (5 to 8) and one it hashes as it is (8), as the Keras model does."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model, x = task_cases()["reformer_classifier"]()
+    signature = [{name: keras.InputSpec(shape=(None, None), dtype="int32") for name in x}]
+    model.export(str(tmp_path), format="tf_saved_model", input_signature=signature, verbose=False)
+
+    reloaded = tf.saved_model.load(str(tmp_path))
+    for length in (3, 5, 8):
+        features = {name: value[:, :length] for name, value in x.items()}
+        (expected,) = outputs_of(model, features)
+        np.testing.assert_allclose(reloaded.serve(features).numpy(), expected, atol=1e-5, rtol=1e-5)

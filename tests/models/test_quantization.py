@@ -28,6 +28,11 @@ from tests.support.tiny_models import tiny_gpt
 MODES = ["int8", "int4", "float8"]
 
 
+def _own_policy(layer):
+    policy = layer.dtype_policy
+    return policy[layer.path] if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else policy
+
+
 def _quantized_keys(model):
     return sorted(v.path for v in model.weights if keras.backend.standardize_dtype(v.dtype) in ("int8", "uint8"))
 
@@ -171,3 +176,30 @@ def test_a_bfloat16_task_keeps_its_dtype_in_the_preset(tmp_path):
     query = policies["transformer_layer_0/self_attention/query"]
     assert query["transformer_layer_0/self_attention/query"].name == "int8_from_bfloat16"
     assert quantized.backbone.compute_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", ["bert_classifier", "gpt_causal_lm"])
+def test_a_quantized_preset_loads_in_another_float_dtype(case, mode, tmp_path):
+    """`from_preset(dtype="bfloat16")` of a quantized preset keeps its
+    quantized layers (the same integers and scales) and computes in
+    bfloat16 around them."""
+    keras.utils.set_random_seed(0)
+    model, x = task_cases()[case]()
+    model.quantize(mode)
+    expected = outputs_of(model, x)
+    model.save_to_preset(tmp_path)
+
+    loaded = type(model).from_preset(tmp_path, preprocessor=None, dtype="bfloat16")
+
+    policies = [_own_policy(layer) for layer in loaded._flatten_layers() if layer.quantization_mode is not None]
+    assert policies and all(
+        policy.quantization_mode == mode and policy.name.endswith("_from_bfloat16") for policy in policies
+    )
+    saved = {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
+    for variable in loaded.weights:
+        value = keras.ops.convert_to_numpy(variable)
+        if keras.backend.standardize_dtype(variable.dtype) in ("int8", "uint8"):
+            np.testing.assert_array_equal(value, saved[variable.path], err_msg=variable.path)
+    for actual, wanted in zip(outputs_of(loaded, x), expected):
+        np.testing.assert_allclose(np.asarray(actual, "float32"), wanted, atol=0.1, rtol=0.05)

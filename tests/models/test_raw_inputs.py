@@ -137,17 +137,27 @@ def test_fixed_length_models_keep_padding_to_sequence_length():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="only TensorFlow graphs see an unknown width")
-def test_a_bucketed_reformer_on_tensorflow_is_told_to_pad_to_max_length():
+def test_a_bucketed_reformer_on_tensorflow_predicts_but_is_told_to_pad_to_max_length_to_train():
+    """Batches of varying widths reach a TensorFlow graph with the width
+    unknown: inference pads to the chunk lengths inside it (the outputs of
+    `max_length` padding); training needs the width static."""
     from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
 
     backbone = azk.models.ReformerBackbone(
         vocabulary_size=258, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16, attention_layers=["local"],
-        local_chunk_length=8, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4),
+        is_causal=False, local_chunk_length=8, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4),
     )
     preprocessor = azk.models.ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=32, padding="buckets")
     classifier = azk.models.ReformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    texts = ["Hi", "Hello", "a" * 20, "b" * 24]  # widths 16, 32
+    fixed = azk.models.ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=32)(texts)
+    np.testing.assert_allclose(
+        classifier.predict(texts, batch_size=2, verbose=0), classifier.predict(fixed, batch_size=2, verbose=0),
+        atol=1e-5,
+    )
+    classifier.compile()
     with pytest.raises(ValueError, match='padding="max_length"'):
-        classifier.predict(["Hi", "Hello", "a" * 20, "b" * 24], batch_size=2, verbose=0)  # widths 16, 32
+        classifier.fit(texts, np.array([0, 1, 0, 1]), batch_size=2, verbose=0)
 
 
 def test_padding_settings_survive_a_preset(tmp_path):

@@ -24,10 +24,9 @@ def padded_mask(batch, length):
 
 
 def tiny_bert(num_layers=1, **overrides):
-    return azk.models.BertBackbone(
-        vocabulary_size=30, num_layers=num_layers, num_heads=2, hidden_dim=8, intermediate_dim=16,
-        max_sequence_length=16, **overrides,
-    )
+    arguments = dict(vocabulary_size=30, num_layers=num_layers, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                     max_sequence_length=16)
+    return azk.models.BertBackbone(**{**arguments, **overrides})
 
 
 def tiny_gpt(**overrides):

@@ -45,22 +45,30 @@ def padded_length(length, chunk_lengths):
     """The length transformers pads a sequence of `length` tokens to at
     inference: unchanged up to the shortest chunk length (every layer then
     attends over the whole sequence) and for multiples of all of them,
-    otherwise the next multiple of their least common multiple.
+    otherwise the next multiple of their least common multiple. `length` is
+    an int, or an int32 scalar tensor (a length unknown while tracing) for
+    which it returns one.
 
     >>> padded_length(5, [4, 8]), padded_length(4, [4, 8]), padded_length(16, [4, 8])
     (8, 4, 16)
     """
-    if not chunk_lengths or length <= min(chunk_lengths):
+    if not chunk_lengths:
         return length
     multiple = math.lcm(*chunk_lengths)
-    return -(-length // multiple) * multiple
+    rounded_up = -(-length // multiple) * multiple
+    if isinstance(length, (int, np.integer)):
+        return length if length <= min(chunk_lengths) else rounded_up
+    return ops.where(length <= min(chunk_lengths), length, rounded_up)
 
 
 @register
 class ChunkPadding(keras.layers.Layer):
     """Pads `token_ids` and `padding_mask` `(batch, length)` on the right to
     `padded_length(length, chunk_lengths)` (ids `pad_token_id`, mask 0) at
-    inference; while training a length that would need padding is an error.
+    inference, also where the length is unknown while tracing (a
+    TensorFlow graph of any width, e.g. an exported serving signature);
+    while training a length that would need padding is an error, and the
+    length must be static.
     """
 
     def __init__(self, chunk_lengths, pad_token_id=0, **kwargs):
@@ -70,15 +78,17 @@ class ChunkPadding(keras.layers.Layer):
 
     def call(self, token_ids, padding_mask, training=None):
         length = token_ids.shape[1]
-        if length is None:
+        if length is None and training:
             raise ValueError(
-                "The Reformer needs a static sequence length (LSH and local attention are shaped by it); got "
-                f"token_ids of shape {tuple(token_ids.shape)}. Batches padded to varying widths (a "
-                'preprocessor with padding="buckets") reach a TensorFlow graph with an unknown width: '
-                'use padding="max_length".'
+                "While training, the Reformer needs a static sequence length (a multiple of the chunk lengths); "
+                f"got token_ids of shape {tuple(token_ids.shape)}. Batches padded to varying widths (a "
+                'preprocessor with padding="buckets") reach a TensorFlow graph with an unknown width: use '
+                'padding="max_length".'
             )
+        if length is None:  # unknown while tracing: padded by an amount computed in the graph
+            length = ops.shape(token_ids)[1]
         padding = padded_length(length, self.chunk_lengths) - length
-        if padding == 0:
+        if isinstance(padding, int) and padding == 0:
             return token_ids, padding_mask
         if training:
             multiple = math.lcm(*self.chunk_lengths)
@@ -160,7 +170,8 @@ class ReformerBackbone(Backbone):
         axial_norm_std: that of the axial position tables.
         pad_token_id: id of the padding added at inference.
         recompute: the reversible stack recomputes activations in the
-            backward pass (JAX, TensorFlow, PyTorch) instead of storing them.
+            backward pass of training calls (JAX, TensorFlow, PyTorch)
+            instead of storing them.
         seed: seed of the dropout randomness of the reversible stack.
         dtype: dtype policy of every layer.
 
