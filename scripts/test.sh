@@ -23,8 +23,13 @@ for backend in jax tensorflow torch; do
   selection=()
   [ "$backend" != torch ] && selection=(-m "not slow")
   backend_env=("KERAS_BACKEND=$backend")
-  # JAX gets 8 CPU devices: tests/models/test_distribution.py shards models over a mesh of 8.
-  [ "$backend" = jax ] && backend_env+=("XLA_FLAGS=${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=8")
+  # JAX gets 8 CPU devices (tests/models/test_distribution.py shards models
+  # over a mesh of 8) and XLA without most optimizations: the tiny models'
+  # programs compile several times faster, and compiling is most of the run.
+  [ "$backend" = jax ] && backend_env+=(
+    "XLA_FLAGS=${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=8"
+    "JAX_DISABLE_MOST_OPTIMIZATIONS=${JAX_DISABLE_MOST_OPTIMIZATIONS:-1}"
+  )
   start=$SECONDS
   env "${backend_env[@]}" python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
     "${selection[@]}" "$@" || failed+=("$backend")

@@ -109,6 +109,8 @@ def _backend_value(state, variable, value, shareable):
         # buffer without a copy (a memory map: read when used).
         array = jax.device_put(value)
         aliased = array.devices() == {jax.devices("cpu")[0]} and array.unsafe_buffer_pointer() == value.ctypes.data
+        if not aliased:
+            array.block_until_ready()  # the copy is done before the host pages are dropped
         return array, not aliased
     return variable._convert_to_tensor(value), True
 
