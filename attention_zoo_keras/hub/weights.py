@@ -94,8 +94,9 @@ class Checkpoint:
         source: a `PresetSource`.
 
     Tensors are read lazily, one at a time, as numpy arrays mapped from the
-    file (copy-on-write); `shape(key)` reads only the file's header. Shard
-    names in the index must stay inside the preset.
+    file (copy-on-write, `hub.safetensors_file.read_tensor`); `shape(key)`
+    reads only the file's header, which is checked when the file is first
+    opened. Shard names in the index must stay inside the preset.
     """
 
     # Every read returns a new array that nothing else holds.
