@@ -10,6 +10,7 @@ import tokenizers
 
 import attention_zoo_keras as azk
 from tests.support.examples import load_example
+from tests.support.tiny_models import weights_of
 
 
 def _tiny_gpt_preset(directory, corpus):
@@ -32,10 +33,6 @@ def _tiny_gpt_preset(directory, corpus):
     return directory / "base"
 
 
-def _weights(model):
-    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
-
-
 @pytest.mark.slow
 def test_lora_fine_tuning_lowers_perplexity_and_saves_the_adapted_and_merged_model(tmp_path):
     example = load_example("gpt_lora/train.py")
@@ -48,16 +45,16 @@ def test_lora_fine_tuning_lowers_perplexity_and_saves_the_adapted_and_merged_mod
 
     assert result["after"] < 0.5 * result["before"], result
     assert result["trainable"] < 0.2 * result["total"]
-    base_weights = _weights(azk.models.GPTCausalLM.from_preset(base))
+    base_weights = weights_of(azk.models.GPTCausalLM.from_preset(base))
     adapted = azk.models.GPTCausalLM.from_preset(output)
-    adapted_weights = _weights(adapted)
+    adapted_weights = weights_of(adapted)
     lora_keys = sorted(key for key in adapted_weights if key not in base_weights)
     assert lora_keys and all("/lora_kernel_" in key or "/lora_embeddings_" in key for key in lora_keys)
     for key, value in base_weights.items():  # the pretrained weights did not move
         np.testing.assert_array_equal(adapted_weights[key], value, err_msg=key)
 
     merged = azk.models.GPTCausalLM.from_preset(f"{output}_merged")
-    assert sorted(_weights(merged)) == sorted(base_weights)
+    assert sorted(weights_of(merged)) == sorted(base_weights)
     texts = example.CORPUS[:3]
     np.testing.assert_allclose(merged.predict(texts, verbose=0), adapted.predict(texts, verbose=0), atol=1e-4)
     assert abs(example.perplexity(adapted, example.CORPUS) - result["after"]) < 1e-3 * result["after"]

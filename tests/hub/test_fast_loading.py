@@ -15,6 +15,7 @@ import attention_zoo_keras as azk
 from attention_zoo_keras.backend_support import initialized_from
 from tests.support.tiny_models import text_features
 from tests.support.tiny_models import tiny_bert
+from tests.support.tiny_models import weights_of
 
 
 @pytest.fixture
@@ -34,10 +35,6 @@ def initializer_calls(monkeypatch):
     return calls
 
 
-def _numpy(model):
-    return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
-
-
 def test_a_native_preset_loads_without_running_an_initializer(tmp_path, initializer_calls):
     keras.utils.set_random_seed(0)
     backbone = tiny_bert(num_layers=2)
@@ -47,7 +44,7 @@ def test_a_native_preset_loads_without_running_an_initializer(tmp_path, initiali
     loaded = azk.models.BertBackbone.from_preset(tmp_path)
 
     assert initializer_calls == {}
-    saved, restored = _numpy(backbone), _numpy(loaded)
+    saved, restored = weights_of(backbone), weights_of(loaded)
     assert sorted(saved) == sorted(restored)
     for key in saved:
         np.testing.assert_array_equal(restored[key], saved[key], err_msg=key)
@@ -95,7 +92,7 @@ def test_a_preset_in_another_dtype_is_created_in_that_dtype(tmp_path, initialize
     (variable,) = [v for v in loaded.weights if v.path == kernel]
     assert keras.backend.standardize_dtype(variable.dtype) == "bfloat16"
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32")), _numpy(backbone)[kernel], rtol=1e-2
+        keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32")), weights_of(backbone)[kernel], rtol=1e-2
     )
 
 
@@ -165,14 +162,14 @@ def test_changing_a_loaded_model_leaves_its_preset_file_alone(tmp_path):
     weights_file = tmp_path / "model.safetensors"
     saved_bytes = weights_file.read_bytes()
     loaded = azk.models.BertBackbone.from_preset(tmp_path)
-    saved = _numpy(loaded)
+    saved = weights_of(loaded)
 
     for variable in loaded.weights:
         variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
 
     assert weights_file.read_bytes() == saved_bytes
-    assert all(not np.any(value) for value in _numpy(loaded).values())
-    again = _numpy(azk.models.BertBackbone.from_preset(tmp_path))
+    assert all(not np.any(value) for value in weights_of(loaded).values())
+    again = weights_of(azk.models.BertBackbone.from_preset(tmp_path))
     for key, value in saved.items():
         np.testing.assert_array_equal(again[key], value, err_msg=key)
 

@@ -25,6 +25,7 @@ import attention_zoo_keras as azk
 from tests.support.tiny_models import padded_mask
 from tests.support.tiny_models import random_ids
 from tests.support.tiny_models import task_cases
+from tests.support.tiny_models import weights_of
 
 DEVICES_NEEDED = 8
 
@@ -164,10 +165,6 @@ def _distribution(kind, model):
     return keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="data")
 
 
-def _numpy(variables):
-    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in variables}
-
-
 def _compile(model):
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse", metrics=[], weighted_metrics=[])
 
@@ -188,7 +185,7 @@ def _run(model, x):
     predicted = model.predict_on_batch(x)
     _compile(model)
     model.train_on_batch(x, keras.tree.map_structure(np.zeros_like, predicted))
-    return {"outputs": _flat(predicted), "trained": _numpy(model.weights)}
+    return {"outputs": _flat(predicted), "trained": weights_of(model)}
 
 
 @functools.cache
@@ -196,7 +193,7 @@ def _reference(case):
     """The case on one device: its model, inputs, weights, and `_run`."""
     keras.utils.set_random_seed(0)
     model, x = _cases()[case]()
-    weights = _numpy(model.weights)
+    weights = weights_of(model)
     return model, x, weights, _run(model, x)
 
 
@@ -292,7 +289,7 @@ GENERATION_INPUTS = {
 @pytest.mark.parametrize("case", sorted(GENERATION_INPUTS))
 def test_generate_under_model_parallel_gives_the_single_device_greedy_output(case):
     inputs, arguments = GENERATION_INPUTS[case]
-    weights = _randomized(_numpy(_cases()[case]()[0].weights))
+    weights = _randomized(weights_of(_cases()[case]()[0]))
     model = _copy(case, weights)
     expected = model.generate(inputs, max_new_tokens=4, stop_token_ids=None, **arguments)
 

@@ -13,12 +13,9 @@ from tests.support.tiny_models import outputs_of
 from tests.support.tiny_models import task_cases
 from tests.support.tiny_models import tiny_gpt
 from tests.support.tiny_models import zero_targets
+from tests.support.tiny_models import weights_of
 
 LORA_MATRICES = ("lora_kernel_a", "lora_kernel_b", "lora_embeddings_a", "lora_embeddings_b")
-
-
-def _numpy(variables):
-    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in variables}
 
 
 def _trained_with_lora(case, **lora):
@@ -28,7 +25,7 @@ def _trained_with_lora(case, **lora):
     y = zero_targets(model, x)
     model.enable_lora(2, **lora)
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse", metrics=[], weighted_metrics=[])
-    before = _numpy(model.weights)
+    before = weights_of(model)
     model.train_on_batch(x, y)
     return model, x, before
 
@@ -42,7 +39,7 @@ def test_lora_trains_only_its_matrices_and_round_trips_through_a_preset(case, tm
     trainable = sorted(variable.path for variable in backbone.trainable_weights)
     assert trainable and all(key.rsplit("/", 1)[1] in LORA_MATRICES for key in trainable)
     assert {key.split("/")[-2] for key in trainable} == {"query", "value"}
-    after = _numpy(model.weights)
+    after = weights_of(model)
     changed = {key for key in before if not np.array_equal(before[key], after[key])}
     assert {key for key in changed if key in backbone_keys} <= set(trainable)
     assert any(key.endswith("lora_kernel_b") for key in changed)  # B starts at zero; one step moves it

@@ -24,6 +24,7 @@ from tests.support.tiny_models import from_preset_like
 from tests.support.tiny_models import outputs_of
 from tests.support.tiny_models import task_cases
 from tests.support.tiny_models import tiny_gpt
+from tests.support.tiny_models import weights_of
 
 MODES = ["int8", "int4", "float8"]
 
@@ -48,8 +49,7 @@ def test_a_quantized_model_round_trips_through_a_preset_exactly(case, mode, tmp_
 
     loaded = from_preset_like(model, tmp_path)
 
-    saved = {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
-    restored = {v.path: keras.ops.convert_to_numpy(v) for v in loaded.weights}
+    saved, restored = weights_of(model), weights_of(loaded)
     assert sorted(restored) == sorted(saved)
     for key, value in saved.items():
         assert restored[key].dtype == value.dtype, key
@@ -196,7 +196,7 @@ def test_a_quantized_preset_loads_in_another_float_dtype(case, mode, tmp_path):
     assert policies and all(
         policy.quantization_mode == mode and policy.name.endswith("_from_bfloat16") for policy in policies
     )
-    saved = {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
+    saved = weights_of(model)
     for variable in loaded.weights:
         value = keras.ops.convert_to_numpy(variable)
         if keras.backend.standardize_dtype(variable.dtype) in ("int8", "uint8"):

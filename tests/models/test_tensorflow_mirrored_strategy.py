@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.support.tiny_models import task_cases
+from tests.support.tiny_models import weights_of
 
 if keras.backend.backend() != "tensorflow":
     pytestmark = pytest.mark.skip(reason="tf.distribute is TensorFlow's (the JAX counterpart: test_distribution.py)")
@@ -42,10 +43,6 @@ def strategy():
     return tf.distribute.MirroredStrategy(REPLICAS)
 
 
-def _numpy(model):
-    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
-
-
 def _run(case, weights=None):
     """The case's outputs (`predict`) and its weights after one SGD step
     (`fit` on one batch) towards zeros, from `weights` where given."""
@@ -53,12 +50,12 @@ def _run(case, weights=None):
     model, x = task_cases()[case]()
     for variable in model.weights if weights else ():
         variable.assign(weights[variable.path])
-    start = _numpy(model)
+    start = weights_of(model)
     batch = len(keras.tree.flatten(x)[0])
     predicted = model.predict(x, batch_size=batch, verbose=0)
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse", metrics=[], weighted_metrics=[])
     model.fit(x, keras.tree.map_structure(np.zeros_like, predicted), batch_size=batch, shuffle=False, verbose=0)
-    return model, start, [np.asarray(y) for y in keras.tree.flatten(predicted)], _numpy(model)
+    return model, start, [np.asarray(y) for y in keras.tree.flatten(predicted)], weights_of(model)
 
 
 @pytest.mark.parametrize("case", sorted(task_cases()))

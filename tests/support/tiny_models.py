@@ -118,6 +118,11 @@ def zero_targets(model, x):
     return keras.tree.map_structure(lambda value: np.zeros(keras.ops.shape(value), "float32"), outputs)
 
 
+def weights_of(model):
+    """`{variable path: numpy value}` of every weight of `model`."""
+    return {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
+
+
 def outputs_of(model, x):
     """The model's outputs on `x` (inference), flattened, as numpy arrays."""
     return [keras.ops.convert_to_numpy(output) for output in keras.tree.flatten(model(x, training=False))]

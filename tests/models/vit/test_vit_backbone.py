@@ -17,6 +17,7 @@ from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
+from tests.support.tiny_models import weights_of
 from tests.conftest import _perturbed
 
 ATOL = 1e-4
@@ -121,9 +122,9 @@ def _assert_restored(restored, original, x):
     rounding: on torch a kernel converted from `transformers` is a
     transposed view of the checkpoint (never copied), which a matrix
     product reads in another order than the saved preset's contiguous one."""
-    weights = {v.path: keras.ops.convert_to_numpy(v) for v in original.weights}
-    for variable in restored.weights:
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), weights[variable.path])
+    weights = weights_of(original)
+    for path, value in weights_of(restored).items():
+        np.testing.assert_array_equal(value, weights[path])
     expected = numpy(original(x))
     for key, value in numpy(restored(x)).items():
         np.testing.assert_allclose(value, expected[key], atol=1e-6, rtol=1e-6)
