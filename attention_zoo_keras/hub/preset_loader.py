@@ -475,6 +475,7 @@ class TransformersPresetLoader(PresetLoader):
         self.converter = converter
         self._checkpoint = None
         self._converted = None
+        self._conversion_taken = False  # by a model built from `arrays()`
 
     @property
     def checkpoint(self):
@@ -510,9 +511,13 @@ class TransformersPresetLoader(PresetLoader):
         return set(self.arrays())
 
     def _initial_arrays(self):
-        # Converted afresh (mostly views of the checkpoint's memory maps), so
-        # the model built from them may take their memory.
-        return _FreshConversion(self._convert())
+        # The first model built takes the conversion's arrays (mostly views of
+        # the checkpoint's fresh memory maps) as its memory; a later one gets
+        # a conversion of its own.
+        if self._conversion_taken:
+            return _FreshConversion(self._convert())
+        self._conversion_taken = True
+        return _FreshConversion(self.arrays())
 
     def _tensor_shape(self, key):
         arrays = self.arrays()

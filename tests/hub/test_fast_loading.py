@@ -13,6 +13,7 @@ import pytest
 
 import attention_zoo_keras as azk
 from attention_zoo_keras.backend_support import initialized_from
+from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from tests.support.tiny_models import text_features
 from tests.support.tiny_models import tiny_bert
 from tests.support.tiny_models import weights_of
@@ -190,3 +191,18 @@ def test_variables_filled_from_one_array_do_not_share_memory():
     first.kernel.assign(np.zeros((4, 4), np.float32))
 
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(second.kernel), np.ones((4, 4)))
+
+
+def test_models_built_from_one_loader_do_not_share_memory(tiny_bert_checkpoints):
+    """The first model built from a `transformers` checkpoint's loader takes
+    the conversion's arrays as its memory; a second one gets its own."""
+    loader = get_preset_loader(str(tiny_bert_checkpoints["model"]))
+    first = azk.models.BertBackbone.from_preset(loader)
+    second = azk.models.BertBackbone.from_preset(loader)
+    expected = weights_of(second)
+
+    for variable in first.weights:
+        variable.assign(keras.ops.zeros(variable.shape, variable.dtype))
+
+    for key, value in weights_of(second).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
