@@ -3,7 +3,10 @@ Hugging Face transformers'), in one process, on the same inputs.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
 backend (benchmarks/run_bert_benchmark.sh does all three). Weights are random:
-nothing is downloaded.
+nothing is downloaded. On torch, ``--device`` picks the device (``auto``:
+CUDA when torch sees a GPU, else the CPU): Keras is pointed at it with
+``KERAS_TORCH_DEVICE`` and the transformers models are moved there. JAX and
+TensorFlow run on their default device (printed in the header).
 
 Contenders (all BERT-base: vocab 30522, 12 layers, 12 heads, hidden 768,
 intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
@@ -19,27 +22,72 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
 * ``transformers_compiled`` (torch only, inference): the same under
   ``torch.compile`` (transformers at its best).
 
+Precision (``--dtype``): ``float32`` everywhere, or ``bfloat16``. For
+inference every contender then computes in bfloat16: the Keras models are
+built with ``dtype="bfloat16"``, the transformers model is
+``.to(torch.bfloat16)``. For training it is mixed precision: the Keras models
+with the dtype policy ``"mixed_bfloat16"`` (float32 weights, bfloat16
+compute), transformers with float32 weights under
+``torch.autocast(device_type, dtype=torch.bfloat16)``. Each mode builds its
+own models (with its own dtype), once per contender.
+
+What each contender receives: the same ids, already on the device before any
+clock starts. The Keras models take a dict of int32 ``token_ids``,
+``segment_ids`` and ``padding_mask`` (on torch, tensors on the device; on JAX
+and TensorFlow, numpy arrays, as the compiled step takes them) and, to
+train, float32 zero targets likewise; transformers takes int64
+``input_ids``, ``token_type_ids`` and ``attention_mask`` tensors on the
+device. A training step returns its loss to Python (Keras as numpy,
+transformers with ``float``). Inference outputs (``--outputs``):
+
+* ``numpy`` (the default): the outputs come back to the host alike:
+  ``predict_on_batch`` returns numpy arrays, and the transformers
+  contenders convert theirs with the same ``keras.ops.convert_to_numpy``.
+  On a GPU this copy and conversion of the ``(batch, seq_len, hidden)``
+  output (for bfloat16, through float32 on the host) can take longer than
+  the forward pass itself.
+* ``device`` (torch only): the outputs stay on the device for everyone. The
+  Keras models run the step that ``predict_on_batch`` runs,
+  ``model.predict_function([(inputs,)])`` (made by
+  ``make_predict_function()``: on torch, ours' recorded replay), without
+  its conversion to numpy and without our input checks; transformers
+  returns its output tensors. The outputs are checked after the timing.
+
+Our ``predict_on_batch`` and ``train_on_batch`` check the ids on the host
+(``validate_inputs``): on CUDA a copy of the ids back from the device, part
+of our time.
+
 Measured, per contender:
 
 * inference: the Keras models go through the same call path,
-  ``model.predict_on_batch(inputs)`` (a ``jax.jit``-compiled stateless call on
-  JAX; a ``tf.function``, XLA-compiled when ``jit_compile`` resolves to True,
-  on TensorFlow; on torch ours replays a recording of the step made once per
-  input shape, compiled by inductor with ``--jit-compile true``, while
-  KerasHub's runs eagerly); transformers runs
-  ``model(**inputs)`` in eval mode under ``torch.no_grad()``.
+  ``model.predict_on_batch(inputs)`` or its step (see ``--outputs``): a
+  ``jax.jit``-compiled stateless call on JAX; a ``tf.function``,
+  XLA-compiled when ``jit_compile`` resolves to True, on TensorFlow; on
+  torch ours replays a recording of the step made once per input shape,
+  compiled by inductor with ``--jit-compile true``, while KerasHub's runs
+  eagerly. transformers runs ``model(**inputs)`` in eval mode under
+  ``torch.no_grad()``.
 * training: one optimizer step on the mean squared error of the pooled output
-  against zeros, Adam(1e-5), dropout active. Keras models:
+  against zeros, learning rate 1e-5, dropout active. Keras models:
   ``model.train_on_batch`` after ``compile`` (ours with the library's
   ``FusedAdam``, which its tasks compile with by default; KerasHub with
   ``keras.optimizers.Adam``); transformers: a manual forward / backward /
-  ``torch.optim.Adam`` step. On torch ours replays its forward and backward
-  pass recorded once per input shape, then applies the fused update.
+  optimizer step, with ``torch.optim.AdamW(fused=True, weight_decay=0.0)``
+  on CUDA (torch's fused kernel, the optimizer transformers' ``Trainer``
+  defaults to; without weight decay its update is Adam's) and
+  ``torch.optim.Adam`` on the CPU. On torch ours replays its forward and
+  backward pass recorded once per input shape, then applies the fused
+  update. The optimizer of each contender is printed with the results.
 
-All contenders are built first; each mode is then warmed up (compiled) per
-contender, and the ``--repeats`` timed calls are interleaved round-robin
-(rotating who goes first) so that other load on the machine weighs on every
-contender alike. Reported: the median and the minimum of the wall times
+For each mode all contenders are built first, then each is warmed up
+(compiled; the first call is timed on its own and reported beside the
+steady-state numbers), and the ``--repeats`` timed calls are interleaved
+round-robin (rotating who goes first) so that other load on the machine
+weighs on every contender alike. On CUDA the device is synchronized
+(``torch.cuda.synchronize()``) before each clock starts and after each call,
+so a time covers the device's work (the process CPU time then includes the
+host's wait for the device); on JAX and TensorFlow the numpy outputs wait
+for it. Reported: the median and the minimum of the wall times
 (``time.perf_counter``), and the median process CPU time
 (``time.process_time``). The ratio columns are other / ours, above 1 meaning
 ours is faster: of the medians, of the minima, and "paired", the median over
@@ -48,6 +96,8 @@ rounds of each round's ratio, which is the one to trust on a busy machine.
 Example::
 
     KERAS_BACKEND=jax python benchmarks/bert_benchmark.py --batch-size 8 --seq-len 128
+    KERAS_BACKEND=torch python benchmarks/bert_benchmark.py --batch-size 32 --dtype bfloat16 \\
+        --contenders ours,transformers,transformers_compiled   # on a GPU
 """
 
 import argparse
@@ -83,6 +133,9 @@ BERT_BASE = dict(
 SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_dim=512)
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
+CONTENDERS = ("ours", "ours_eager", "keras_hub", "transformers", "transformers_compiled")
+TORCH_ONLY = ("ours_eager", "transformers", "transformers_compiled")
+LEARNING_RATE = 1e-5
 
 
 def parse_args(argv=None):
@@ -100,12 +153,26 @@ def parse_args(argv=None):
         help="label printed for this run (default: the Keras backend's name)",
     )
     parser.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"],
+        help="torch backend: where Keras and transformers run (auto: cuda when torch sees a GPU, else cpu); "
+        "JAX and TensorFlow take only auto (their default device)",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"],
+        help="bfloat16: inference in bfloat16, training in mixed precision (see the module docstring)",
+    )
+    parser.add_argument(
+        "--outputs", default="numpy", choices=["numpy", "device"],
+        help="inference outputs: numpy on the host for every contender (predict_on_batch), or left on the "
+        "device (torch only: Keras' predict_function, the step of predict_on_batch)",
+    )
+    parser.add_argument(
         "--jit-compile", default="auto", choices=["auto", "true", "false"],
         help="`jit_compile` given to compile() of both Keras models",
     )
     parser.add_argument(
-        "--contenders", default="ours,ours_eager,keras_hub,transformers,transformers_compiled",
-        help="comma-separated subset of ours,ours_eager,keras_hub,transformers,transformers_compiled "
+        "--contenders", default=",".join(CONTENDERS),
+        help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
         "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only)",
     )
@@ -118,6 +185,52 @@ def parse_args(argv=None):
     parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
+
+
+def choose_torch_device(requested):
+    """The torch device of the run: `requested`, or for `"auto"` CUDA when
+    torch sees a GPU (else the CPU). Exported as `KERAS_TORCH_DEVICE`, so
+    that Keras' torch backend puts its variables and tensors there too: call
+    before importing Keras. (Other backends ignore the variable.)"""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if requested == "auto":
+        requested = "cuda" if cuda else "cpu"
+    elif requested == "cuda" and not cuda:
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    os.environ["KERAS_TORCH_DEVICE"] = requested
+    return requested
+
+
+def device_synchronizer(backend, device):
+    """A function that waits for the device's queued work: `torch.cuda.synchronize`
+    for torch on CUDA; elsewhere nothing (numpy outputs wait already)."""
+    if backend == "torch" and device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def device_description(backend, device):
+    """The device the models run on, for the header."""
+    if backend == "torch":
+        import torch
+
+        if device == "cuda":
+            precision = torch.get_float32_matmul_precision()
+            return f"{torch.cuda.get_device_name()} (torch cuda; float32 matmul precision '{precision}')"
+        return f"cpu (torch): {cpu_model()}"
+    if backend == "jax":
+        import jax
+
+        first = jax.devices()[0]
+        return f"{first.platform} (jax): {first.device_kind}"
+    return f"{backend}'s default device"
 
 
 def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
@@ -141,23 +254,37 @@ def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
 # --------------------------------------------------------------------------- Keras
 
 
-def build_ours(config):
-    from attention_zoo_keras.models import BertBackbone
-
-    return BertBackbone(**config)
-
-
-def build_keras_hub(config):
-    import keras_hub
-
-    return keras_hub.models.BertBackbone(**config)
+def keras_dtype(dtype, mode):
+    """The dtype policy of the Keras models: `float32`, or for `--dtype
+    bfloat16` all-bfloat16 inference and mixed-precision training."""
+    if dtype == "float32":
+        return "float32"
+    return "bfloat16" if mode == "inference" else "mixed_bfloat16"
 
 
-def keras_steps(model, inputs, jit_compile, config, optimizer, run_eagerly=False):
-    """The inference and training callables of a Keras backbone, both through
-    the public Trainer API so ours and KerasHub's take the same path."""
-    import keras
+def keras_data(inputs, config, backend, device):
+    """`(inputs, targets)` as the Keras models take them: numpy on JAX and
+    TensorFlow, tensors already on `device` on torch (so that no step
+    copies them to the device)."""
     import numpy as np
+
+    targets = {"pooled_output": np.zeros((inputs["token_ids"].shape[0], config["hidden_dim"]), "float32")}
+    if backend != "torch":
+        return inputs, targets
+    import torch
+
+    def to_device(values):
+        return {name: torch.from_numpy(value).to(device) for name, value in values.items()}
+
+    return to_device(inputs), to_device(targets)
+
+
+def keras_step(model, mode, inputs, targets, jit_compile, optimizer, outputs, run_eagerly=False):
+    """The inference or training callable of a Keras backbone, through the
+    public Trainer API so ours and KerasHub's take the same path, and its
+    description. With `outputs="device"`, inference runs `predict_on_batch`'s
+    own step, `predict_function`, and returns its tensors as they are."""
+    import keras
 
     jit = {"auto": "auto", "true": True, "false": False}[jit_compile]
     model.compile(
@@ -166,27 +293,41 @@ def keras_steps(model, inputs, jit_compile, config, optimizer, run_eagerly=False
         jit_compile=False if run_eagerly else jit,
         run_eagerly=run_eagerly,
     )
-    targets = {"pooled_output": np.zeros((inputs["token_ids"].shape[0], config["hidden_dim"]), "float32")}
+    flags = f"jit_compile={model.jit_compile}, run_eagerly={model.run_eagerly}, dtype policy {model.dtype_policy.name}"
+    if mode == "training":
+        path = f"train_on_batch with {type(optimizer).__name__} ({flags})"
+        return (lambda: model.train_on_batch(inputs, targets)), path
+    if outputs == "device":
+        model.make_predict_function()
+        path = f"predict_function (predict_on_batch's step), outputs on the device ({flags})"
+        return (lambda: model.predict_function([(inputs,)])), path
+    return (lambda: model.predict_on_batch(inputs)), f"predict_on_batch ({flags})"
+
+
+def ours_eager_step(model, inputs, outputs):
+    """Ours called eagerly as in a notebook, `model(inputs, training=False)`
+    under `torch.no_grad()`: Keras' per-layer dispatch on every call."""
+    import keras
+    import torch
+
+    convert = keras.ops.convert_to_numpy if outputs == "numpy" else (lambda tensor: tensor)
 
     def infer():
-        return model.predict_on_batch(inputs)
+        with torch.no_grad():
+            out = model(inputs, training=False)
+        return {name: convert(value) for name, value in out.items()}
 
-    def train():
-        return model.train_on_batch(inputs, targets)
-
-    return infer, train, (
-        f"predict_on_batch / train_on_batch with {type(optimizer).__name__} "
-        f"(jit_compile={model.jit_compile}, run_eagerly={model.run_eagerly})"
-    )
+    return infer
 
 
 def check_outputs(out, batch_size, seq_len, config):
+    import keras
     import numpy as np
 
-    seq, pooled = np.asarray(out["sequence_output"]), np.asarray(out["pooled_output"])
+    seq, pooled = (keras.ops.convert_to_numpy(out[name]) for name in ("sequence_output", "pooled_output"))
     assert seq.shape == (batch_size, seq_len, config["hidden_dim"]), seq.shape
     assert pooled.shape == (batch_size, config["hidden_dim"]), pooled.shape
-    assert np.isfinite(seq).all() and np.isfinite(pooled).all()
+    assert np.isfinite(seq.astype("float32")).all() and np.isfinite(pooled.astype("float32")).all()
 
 
 def check_loss(logs):
@@ -199,7 +340,14 @@ def check_loss(logs):
 # --------------------------------------------------------------------------- transformers
 
 
-def transformers_steps(inputs, config):
+def transformers_step(inputs, config, mode, dtype, device, outputs, compiled=False):
+    """`(model, step, description, optimizer name)` of `transformers`'
+    BertModel in `mode` on `device`: eval + `torch.no_grad()` inference
+    (in bfloat16 weights for `--dtype bfloat16`; `torch.compile`d forward
+    with `compiled`; outputs converted to numpy as `predict_on_batch` does,
+    or left on the device), or a manual training step (float32 weights,
+    under bfloat16 autocast for `--dtype bfloat16`)."""
+    import keras
     import torch
     import transformers
 
@@ -218,183 +366,204 @@ def transformers_steps(inputs, config):
     hf_config._attn_implementation = "sdpa"
     model = transformers.BertModel(hf_config)
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
-    torch_inputs = {
-        "input_ids": torch.from_numpy(inputs["token_ids"]).long(),
-        "token_type_ids": torch.from_numpy(inputs["segment_ids"]).long(),
-        "attention_mask": torch.from_numpy(inputs["padding_mask"]).long(),
-    }
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
-    target = torch.zeros(inputs["token_ids"].shape[0], config["hidden_dim"])
+    names = {"input_ids": "token_ids", "token_type_ids": "segment_ids", "attention_mask": "padding_mask"}
+    torch_inputs = {name: torch.from_numpy(inputs[ours]).long().to(device) for name, ours in names.items()}
+    bfloat16 = dtype == "bfloat16"
 
-    def infer():
-        model.eval()
-        with torch.no_grad():
-            out = model(**torch_inputs)
-        return {"sequence_output": out.last_hidden_state.numpy(), "pooled_output": out.pooler_output.numpy()}
+    if mode == "inference":
+        model.to(device=device, dtype=torch.bfloat16 if bfloat16 else torch.float32).eval()
+        if compiled:
+            model.forward = torch.compile(model.forward)
+        convert = keras.ops.convert_to_numpy if outputs == "numpy" else (lambda tensor: tensor)
+
+        def infer():
+            with torch.no_grad():
+                out = model(**torch_inputs)
+            return {"sequence_output": convert(out.last_hidden_state), "pooled_output": convert(out.pooler_output)}
+
+        weights = "bfloat16" if bfloat16 else "float32"
+        path = f"eval + torch.no_grad() model(**inputs) (sdpa, {weights} weights, outputs {outputs})"
+        if compiled:
+            path = "torch.compile(model.forward), " + path
+        return model, infer, path, None
+
+    model.to(device).train()
+    if device == "cuda":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=True)
+        optimizer_name = "torch.optim.AdamW(fused=True, weight_decay=0.0)"
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+        optimizer_name = "torch.optim.Adam"
+    target = torch.zeros(inputs["token_ids"].shape[0], config["hidden_dim"], device=device)
 
     def train():
-        model.train()
         optimizer.zero_grad(set_to_none=True)
-        out = model(**torch_inputs)
-        loss = torch.nn.functional.mse_loss(out.pooler_output, target)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bfloat16):
+            out = model(**torch_inputs)
+            loss = torch.nn.functional.mse_loss(out.pooler_output, target)
         loss.backward()
         optimizer.step()
         return float(loss.detach())
 
-    path = "eval + torch.no_grad() model(**inputs) / train: forward, backward, torch.optim.Adam step (sdpa)"
-    return model, infer, train, path
-
-
-def transformers_compiled_steps(inputs, config):
-    """transformers at its best for inference: `torch.compile` of the eval
-    model (inductor, default mode); no training step."""
-    import torch
-
-    model, infer, _, _ = transformers_steps(inputs, config)
-    model.eval()
-    model.forward = torch.compile(model.forward)
-    return model, infer, None, "torch.compile(model.forward), eval + torch.no_grad() (sdpa); inference only"
-
-
-def ours_eager_steps(model, inputs):
-    """Ours called eagerly as in a notebook, `model(inputs, training=False)`
-    under `torch.no_grad()`: Keras' per-layer dispatch on every call."""
-    import keras
-    import torch
-
-    tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
-
-    def infer():
-        with torch.no_grad():
-            outputs = model(tensors, training=False)
-        return {name: keras.ops.convert_to_numpy(value) for name, value in outputs.items()}
-
-    return infer
+    precision = "float32 weights under torch.autocast(bfloat16)" if bfloat16 else "float32"
+    path = f"forward, backward, {optimizer_name} step (sdpa, {precision})"
+    return model, train, path, optimizer_name
 
 
 # --------------------------------------------------------------------------- main
 
 
+def build_contender(name, mode, args, config, inputs, keras_inputs, device):
+    """`(step, description, parameter count, optimizer name)` of contender
+    `name` in `mode`."""
+    if name in ("transformers", "transformers_compiled"):
+        compiled = name == "transformers_compiled"
+        model, step, path, optimizer_name = transformers_step(
+            inputs, config, mode, args.dtype, device, args.outputs, compiled
+        )
+        return step, path, sum(p.numel() for p in model.parameters()), optimizer_name
+
+    dtype = keras_dtype(args.dtype, mode)
+    if name == "keras_hub":
+        import keras
+        import keras_hub
+
+        model = keras_hub.models.BertBackbone(**config, dtype=dtype)
+        optimizer, optimizer_name = keras.optimizers.Adam(LEARNING_RATE), "keras.optimizers.Adam"
+    else:
+        from attention_zoo_keras.models import BertBackbone
+        from attention_zoo_keras.optimizers import FusedAdam
+
+        model = BertBackbone(**config, dtype=dtype)
+        optimizer = FusedAdam(LEARNING_RATE)
+        optimizer_name = "FusedAdam (the library's default; one fused kernel on torch)"
+    inputs, targets = keras_inputs
+    if name == "ours_eager" and mode == "inference":
+        step = ours_eager_step(model, inputs, args.outputs)
+        path = (
+            f"model(inputs, training=False) under torch.no_grad() (dtype policy {model.dtype_policy.name}, "
+            f"outputs {args.outputs})"
+        )
+    else:
+        eager = name == "ours_eager"
+        jit_compile = "false" if eager else args.jit_compile
+        step, path = keras_step(model, mode, inputs, targets, jit_compile, optimizer, args.outputs, run_eagerly=eager)
+    return step, path, model.count_params(), optimizer_name if mode == "training" else None
+
+
 def main(argv=None):
     args = parse_args(argv)
     limit_threads(args.threads)
+    device = choose_torch_device(args.device)
 
     import keras
 
     backend = keras.backend.backend()
     apply_backend_threads(backend, args.threads)
+    if backend != "torch" and args.device != "auto":
+        raise SystemExit(f"--device {args.device} is for the torch backend; {backend} runs on its default device")
+    if backend != "torch" and args.outputs != "numpy":
+        raise SystemExit(f"--outputs {args.outputs} is for the torch backend")
     label = args.backend_label or backend
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = sorted(set(contenders) - set(CONTENDERS))
+    if unknown:
+        raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if backend != "torch":
-        contenders = [name for name in contenders if name not in ("transformers", "transformers_compiled", "ours_eager")]
+        contenders = [name for name in contenders if name not in TORCH_ONLY]
+    synchronize = device_synchronizer(backend, device)
 
     config = TINY if args.tiny else SMALL if args.small else BERT_BASE
     inputs = make_inputs(args.batch_size, args.seq_len, config["vocabulary_size"], args.no_padding)
+    keras_inputs = keras_data(inputs, config, backend, device)
     size = "TINY smoke test" if args.tiny else "small (4 layers, 128 wide)" if args.small else "BERT-base"
-    print(f"# {size} benchmark, backend={label}")
+    precision = "float32" if args.dtype == "float32" else "bfloat16 (inference), mixed bfloat16 (training)"
+    print(f"# {size} benchmark, backend={label}, {precision}")
+    print(f"device: {device_description(backend, device)}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
     print(
         f"shapes: batch {args.batch_size} x seq_len {args.seq_len} "
         f"({int(inputs['padding_mask'].sum())} of {inputs['padding_mask'].size} tokens unpadded); "
-        f"warmup {args.warmup}, repeats {args.repeats} (median reported)"
+        f"warmup {args.warmup}, repeats {args.repeats} (median reported); inference outputs {args.outputs}"
     )
     print(f"load average at the start (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sys.stdout.flush()
 
-    results = {}  # contender -> {"path": str, mode: {...}} or {"error": str}
-    steps = {}  # contender -> {"inference": fn, "training": fn}
-
-    def fail(name, error):
-        results[name]["error"] = f"{type(error).__name__}: {error}"
-        results[name]["traceback"] = traceback.format_exc()
-        steps.pop(name, None)
-        print(f"\n[{name}] FAILED:\n{results[name]['traceback']}")
-        sys.stdout.flush()
-
-    # Build every contender first, then time them interleaved (round-robin,
-    # rotating who goes first), so that anything else loading the machine
-    # during the run weighs on all of them alike.
-    keras.utils.set_random_seed(0)
-    for name in contenders:
-        results[name] = {}
-        try:
-            start = time.perf_counter()
-            if name in ("transformers", "transformers_compiled"):
-                build = transformers_steps if name == "transformers" else transformers_compiled_steps
-                model, infer, train, path = build(inputs, config)
-                params = sum(p.numel() for p in model.parameters())
-            elif name == "ours_eager":
-                from attention_zoo_keras.optimizers import FusedAdam
-
-                model = build_ours(config)
-                infer = ours_eager_steps(model, inputs)
-                _, train, _ = keras_steps(model, inputs, "false", config, FusedAdam(1e-5), run_eagerly=True)
-                path = (
-                    "model(inputs, training=False) under torch.no_grad() / "
-                    "train_on_batch with FusedAdam and compile(run_eagerly=True)"
-                )
-                params = model.count_params()
-            else:
-                model = build_ours(config) if name == "ours" else build_keras_hub(config)
-                if name == "ours":
-                    from attention_zoo_keras.optimizers import FusedAdam
-
-                    optimizer = FusedAdam(1e-5)
-                else:
-                    import keras
-
-                    optimizer = keras.optimizers.Adam(1e-5)
-                infer, train, path = keras_steps(model, inputs, args.jit_compile, config, optimizer)
-                params = model.count_params()
-            results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))
-            steps[name] = {"inference": infer, "training": train}
-            print(f"[{name}] {params:,} parameters, built in {results[name]['build_s']:.1f}s; {path}")
-            sys.stdout.flush()
-        except Exception as error:  # report and go on with the other contenders
-            fail(name, error)
-        model = infer = train = None
-        gc.collect()
-
+    results = {name: {} for name in contenders}  # contender -> mode -> {...}, or {"error": ...} where it failed
+    steps = {}  # contender -> its step in the mode being timed
     checks = {
         "inference": lambda out: check_outputs(out, args.batch_size, args.seq_len, config),
         "training": check_loss,
     }
+
+    def fail(name, mode, error):
+        results[name][mode] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        steps.pop(name, None)
+        print(f"\n[{name}] {mode} FAILED:\n{results[name][mode]['traceback']}")
+        sys.stdout.flush()
+
+    def timed(step):
+        """`(output, wall seconds, process CPU seconds)` of one call, the device's work included."""
+        synchronize()
+        cpu_start, start = time.process_time(), time.perf_counter()
+        out = step()
+        synchronize()
+        return out, time.perf_counter() - start, time.process_time() - cpu_start
+
     for mode in modes:
-        for name in list(steps):
-            if steps[name][mode] is None:
-                continue  # a contender timed in the other mode only
+        print(f"\n## {mode}, dtype policy {keras_dtype(args.dtype, mode)}")
+        # Build every contender first, then time them interleaved (round-robin,
+        # rotating who goes first), so that anything else loading the machine
+        # during the run weighs on all of them alike.
+        keras.utils.set_random_seed(0)
+        for name in contenders:
+            if mode == "training" and name == "transformers_compiled":
+                continue  # inference only
             try:
                 start = time.perf_counter()
-                checks[mode](steps[name][mode]())
-                first = time.perf_counter() - start
+                step, path, params, optimizer_name = build_contender(
+                    name, mode, args, config, inputs, keras_inputs, device
+                )
+                synchronize()
+                build_s = time.perf_counter() - start
+                results[name][mode] = {"build_s": build_s, "path": path, "params": int(params)}
+                if optimizer_name:
+                    results[name][mode]["optimizer"] = optimizer_name
+                steps[name] = step
+                print(f"[{name}] {params:,} parameters, built in {build_s:.1f}s; {path}")
+                sys.stdout.flush()
+            except Exception as error:  # report and go on with the other contenders
+                fail(name, mode, error)
+            gc.collect()
+
+        for name in list(steps):
+            try:
+                out, first, _ = timed(steps[name])
+                checks[mode](out)
                 for _ in range(args.warmup - 1):
-                    steps[name][mode]()
-                results[name][mode] = {"first_call_s": first, "times_s": [], "cpu_s": []}
+                    steps[name]()
+                synchronize()
+                results[name][mode].update(first_call_s=first, times_s=[], cpu_s=[])
                 print(f"[{name}] {mode}: first call (compile/warm-up) {first:.2f}s")
                 sys.stdout.flush()
             except Exception as error:
-                fail(name, error)
+                fail(name, mode, error)
         names = list(steps)
         for repeat in range(args.repeats):
             shift = repeat % max(len(names), 1)
             for name in names[shift:] + names[:shift]:
-                if name not in steps or steps[name][mode] is None:
+                if name not in steps:
                     continue
                 try:
-                    cpu_start, start = time.process_time(), time.perf_counter()
-                    steps[name][mode]()
-                    wall = time.perf_counter() - start
-                    cpu = time.process_time() - cpu_start
+                    _, wall, cpu = timed(steps[name])
                 except Exception as error:
-                    fail(name, error)
+                    fail(name, mode, error)
                     continue
                 results[name][mode]["times_s"].append(wall)
                 results[name][mode]["cpu_s"].append(cpu)
         for name in steps:
-            if mode not in results[name]:
-                continue
             entry = results[name][mode]
             entry["median_s"] = statistics.median(entry["times_s"])
             entry["min_s"] = min(entry["times_s"])
@@ -405,46 +574,60 @@ def main(argv=None):
                 f"all: {', '.join(f'{t * 1e3:.0f}' for t in entry['times_s'])}"
             )
         sys.stdout.flush()
-    steps.clear()
+        steps.clear()
+        gc.collect()
+        if device == "cuda" and backend == "torch":
+            import torch
 
-    print(f"\n## {label}: batch {args.batch_size}, seq_len {args.seq_len}, median of {args.repeats} (ms per step)\n")
-    header = "| contender | " + " | ".join(
-        f"{m} median ms | {m} min ms | {m} CPU ms | {m} ratio (median) | {m} ratio (min) | {m} ratio (paired)"
-        for m in modes
-    ) + " |"
-    print(header)
-    print("|" + "---|" * (1 + 6 * len(modes)))
-    ours = results.get("ours", {})
+            torch.cuda.empty_cache()
+
+    print(
+        f"\n## {label}: batch {args.batch_size}, seq_len {args.seq_len}, {precision}, "
+        f"median of {args.repeats} (ms per step)\n"
+    )
+    columns = ("first call s", "median ms", "min ms", "CPU ms", "ratio (median)", "ratio (min)", "ratio (paired)")
+    print("| contender | " + " | ".join(f"{m} {c}" for m in modes for c in columns) + " |")
+    print("|" + "---|" * (1 + len(columns) * len(modes)))
     for name, entry in results.items():
         cells = []
         for mode in modes:
-            if "error" not in entry and mode not in entry:
-                cells += ["-"] * 6  # not timed in this mode
+            if mode not in entry:
+                cells += ["-"] * len(columns)  # not timed in this mode
                 continue
-            if "error" in entry or "median_s" not in entry.get(mode, {}):
-                cells += ["failed", "-", "-", "-", "-", "-"]
+            if "median_s" not in entry[mode]:
+                cells += ["failed"] + ["-"] * (len(columns) - 1)
                 continue
-            cells += [fmt_ms(entry[mode][k]).strip() for k in ("median_s", "min_s", "cpu_median_s")]
-            if "error" not in ours and "median_s" in ours.get(mode, {}):
-                cells.append(f"{entry[mode]['median_s'] / ours[mode]['median_s']:.2f}")
-                cells.append(f"{entry[mode]['min_s'] / ours[mode]['min_s']:.2f}")
-                paired = paired_ratio(entry[mode]["times_s"], ours[mode]["times_s"])
-                entry[mode]["paired_ratio"] = paired
-                cells.append(f"{paired:.2f}")
+            e = entry[mode]
+            cells.append(f"{e['first_call_s']:.2f}")
+            cells += [fmt_ms(e[k]).strip() for k in ("median_s", "min_s", "cpu_median_s")]
+            ours = results.get("ours", {}).get(mode, {})
+            if "median_s" in ours:
+                cells.append(f"{e['median_s'] / ours['median_s']:.2f}")
+                cells.append(f"{e['min_s'] / ours['min_s']:.2f}")
+                e["paired_ratio"] = paired_ratio(e["times_s"], ours["times_s"])
+                cells.append(f"{e['paired_ratio']:.2f}")
             else:
                 cells += ["-", "-", "-"]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(
+        "\nfirst call s = the first call alone (compilation, recording, warm-up), not in the other columns."
         "\nratio = contender / ours (> 1: ours faster): of the medians, of the minima, and 'paired', the median"
         "\nover rounds of the per-round ratio (the contenders run back to back in each round, so this one"
-        "\ncancels load that changes between rounds). CPU ms = median process CPU time (all threads)."
+        "\ncancels load that changes between rounds). CPU ms = median process CPU time (all threads"
+        + ("; on CUDA it includes the wait for the device)." if device == "cuda" and backend == "torch" else ").")
     )
+    optimizers = [f"{name}: {entry['training']['optimizer']}" for name, entry in results.items()
+                  if "optimizer" in entry.get("training", {})]
+    if optimizers:
+        print(f"training optimizers (learning rate {LEARNING_RATE:g}): " + "; ".join(optimizers))
     print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     if args.json:
         payload = {
             "backend": backend,
             "label": label,
+            "device": device_description(backend, device),
+            "dtype": args.dtype,
             "cpu": cpu_model(),
             "threads": args.threads,
             "versions": versions(backend),
@@ -453,13 +636,14 @@ def main(argv=None):
             "repeats": args.repeats,
             "warmup": args.warmup,
             "jit_compile": args.jit_compile,
+            "outputs": args.outputs,
             "padding": not args.no_padding,
             "load_average_end": os.getloadavg(),
             "results": results,
         }
         with open(args.json, "w") as f:
             json.dump(payload, f, indent=2)
-    failed = [name for name, entry in results.items() if "error" in entry]
+    failed = [name for name, entry in results.items() if any("error" in e for e in entry.values())]
     return 1 if failed else 0
 
 

@@ -4,7 +4,13 @@ same prompts.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
 backend (benchmarks/run_gpt_generation_benchmark.sh does all three). Weights
-are random: nothing is downloaded.
+are random: nothing is downloaded. On torch, ``--device`` picks the device
+(``auto``: CUDA when torch sees a GPU, else the CPU): Keras is pointed at it
+with ``KERAS_TORCH_DEVICE`` and the transformers models are moved there. JAX
+and TensorFlow run on their default device (printed in the header).
+``--dtype bfloat16`` makes every contender compute in bfloat16: the Keras
+backbones are built with ``dtype="bfloat16"``, the transformers models are
+``.to(torch.bfloat16)``.
 
 Contenders (all GPT-2 small: vocab 50257, 12 layers, 12 heads, hidden 768,
 intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
@@ -12,47 +18,68 @@ intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
 * ``ours``: ``attention_zoo_keras.models.GPTCausalLM(GPTBackbone(...),
   preprocessor=None)``, called as ``lm.generate({"token_ids": ids,
   "padding_mask": ones}, max_new_tokens=N, stop_token_ids=None)`` with the
-  ``(batch, prompt_len)`` int32 prompts.
+  ``(batch, prompt_len)`` int32 prompts as numpy arrays (what ``generate``
+  takes: it copies them to the device itself, inside the timing).
+* ``ours_compiled``: the same after ``lm.compile(jit_compile=True)``: on
+  torch the decoding step is recorded with ``make_fx`` and compiled by
+  inductor (on CUDA then captured as a CUDA graph, as ``ours`` is).
 * ``keras_hub``: ``keras_hub.models.GPT2CausalLM(GPT2Backbone(...),
   preprocessor=None)``, compiled with ``sampler="greedy"``, called as
   ``model.generate({"token_ids": ids, "padding_mask": mask},
   stop_token_ids=None)``. Without a preprocessor KerasHub's ``generate``
   ignores ``max_length``: it decodes until the end of the buffer it is given,
   so the prompts are right-padded with zeros to ``prompt_len + N`` and the
-  mask is true on the prompt only. Its greedy loop (``Sampler.__call__``)
-  runs from the shortest prompt's length to the buffer's end, writing one
-  position per step where the mask is false: N new tokens per row.
+  mask is true on the prompt only (made backend tensors before the clock
+  starts). Its greedy loop (``Sampler.__call__``) runs from the shortest
+  prompt's length to the buffer's end, writing one position per step where
+  the mask is false: N new tokens per row.
 * ``transformers`` (torch backend only): ``transformers.GPT2LMHeadModel``
   (``attn_implementation="sdpa"``) in eval mode, ``model.generate(input_ids,
   attention_mask=ones, max_new_tokens=N, min_new_tokens=N, do_sample=False,
-  num_beams=1, pad_token_id=0)`` under ``torch.no_grad()``
-  (``min_new_tokens`` masks the end-of-text token, so no row ends early).
+  num_beams=1, pad_token_id=0)`` under ``torch.no_grad()``, the int64
+  prompts and mask already on the device (``min_new_tokens`` masks the
+  end-of-text token, so no row ends early).
 * ``transformers_static`` (torch only): the same with
-  ``cache_implementation="static"``, a cache preallocated to the full
-  length (the path ``transformers`` compiles on a GPU: its best).
+  ``cache_implementation="static"`` and ``max_cache_len=prompt_len + N``, a
+  cache preallocated to the same full length for every batch size. On a GPU
+  this is transformers' best generation path: ``generate`` then compiles the
+  decoding step by itself (``_valid_auto_compile_criteria``: the model is on
+  CUDA and the cache is a static one; no ``compile_config`` is needed, the
+  default ``CompileConfig`` is ``torch.compile`` with inductor, mode
+  ``"reduce-overhead"`` (CUDA graphs) and automatic dynamic shapes, so the
+  first batch size compiles and each later one recompiles or records anew,
+  in its first call). On the CPU it runs eagerly.
 
-Every call is checked: the prompts come back unchanged and exactly
-``batch * N`` new tokens were generated (the count is printed). Once per batch
-size, the continuation is also checked to be greedy: one full forward over
-the returned sequence (outside the timing) must give every generated token
-the largest logit at the position before it (within 1e-3, for near-ties
-between the cached and the full computation).
+Every call's output goes back to the host as numpy (ours and KerasHub's
+``generate`` return numpy; transformers' ids are copied with ``.cpu()``),
+and on CUDA the device is synchronized (``torch.cuda.synchronize()``) before
+each clock starts and after each call. After each call, outside the timing,
+the output is checked: the prompts came back unchanged and exactly
+``batch * N`` new tokens were generated (the count is printed). Once per
+batch size, the continuation is also checked to be greedy: one full forward
+over the returned sequence must give every generated token the largest logit
+at the position before it (within 1e-3, for near-ties between the cached and
+the full computation). In bfloat16 the cached and the full computation round
+differently, so there the tokens that fail are counted and reported instead
+of failing the run.
 
-Reported per batch size: the median and the minimum wall time of one
-``generate`` call (``time.perf_counter``), new tokens per second
-(``batch * N / time``), the median process CPU time, and the ratio
-other / ours of the times (above 1 meaning ours is faster): of the medians,
-of the minima, and "paired", the median over rounds of each round's ratio,
-the one to trust on a busy machine. The first call (compilation, warm-up) is
-timed separately. The contenders are built once; for each batch size each is
-warmed up, then the ``--repeats`` timed calls are interleaved round-robin
-(rotating who goes first) so that other load on the machine weighs on every
-contender alike.
+Reported per batch size: the first call's time (compilation, recording,
+warm-up), the median and the minimum wall time of one ``generate`` call
+(``time.perf_counter``), new tokens per second (``batch * N / time``), the
+median process CPU time (on CUDA it includes the host's wait for the
+device), and the ratio other / ours of the times (above 1 meaning ours is
+faster): of the medians, of the minima, and "paired", the median over rounds
+of each round's ratio, the one to trust on a busy machine. The contenders are
+built once; for each batch size each is warmed up, then the ``--repeats``
+timed calls are interleaved round-robin (rotating who goes first) so that
+other load on the machine weighs on every contender alike.
 
 Example::
 
     KERAS_BACKEND=jax python benchmarks/gpt_generation_benchmark.py --batch-sizes 1 8
     KERAS_BACKEND=torch python benchmarks/gpt_generation_benchmark.py --tiny   # smoke test
+    KERAS_BACKEND=torch python benchmarks/gpt_generation_benchmark.py --dtype bfloat16 --batch-sizes 1 8 32 \\
+        --contenders ours,transformers,transformers_static   # on a GPU
 """
 
 import argparse
@@ -84,7 +111,7 @@ GPT2_SMALL = dict(
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 TINY_NEW_TOKENS = 8
-CONTENDERS = ("ours", "keras_hub", "transformers", "transformers_static")
+CONTENDERS = ("ours", "ours_compiled", "keras_hub", "transformers", "transformers_static")
 # A generated token passes the greedy check if its logit is within this of the
 # row's largest (relative to the largest's magnitude, floored at 1).
 GREEDY_TOLERANCE = 1e-3
@@ -114,6 +141,14 @@ def parse_args(argv=None):
     parser.add_argument(
         "--backend-label", default=None,
         help="label printed for this run (default: the Keras backend's name)",
+    )
+    parser.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"],
+        help="torch backend: where Keras and transformers run (auto: cuda when torch sees a GPU, else cpu); "
+        "JAX and TensorFlow take only auto (their default device)",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="what every contender computes in"
     )
     parser.add_argument(
         "--jit-compile", default="auto", choices=["auto", "true", "false"],
@@ -153,6 +188,52 @@ def parse_args(argv=None):
     return args
 
 
+def choose_torch_device(requested):
+    """The torch device of the run: `requested`, or for `"auto"` CUDA when
+    torch sees a GPU (else the CPU). Exported as `KERAS_TORCH_DEVICE`, so
+    that Keras' torch backend puts its variables and tensors there too: call
+    before importing Keras. (Other backends ignore the variable.)"""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if requested == "auto":
+        requested = "cuda" if cuda else "cpu"
+    elif requested == "cuda" and not cuda:
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    os.environ["KERAS_TORCH_DEVICE"] = requested
+    return requested
+
+
+def device_synchronizer(backend, device):
+    """A function that waits for the device's queued work: `torch.cuda.synchronize`
+    for torch on CUDA; elsewhere nothing (numpy outputs wait already)."""
+    if backend == "torch" and device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def device_description(backend, device):
+    """The device the models run on, for the header."""
+    if backend == "torch":
+        import torch
+
+        if device == "cuda":
+            precision = torch.get_float32_matmul_precision()
+            return f"{torch.cuda.get_device_name()} (torch cuda; float32 matmul precision '{precision}')"
+        return f"cpu (torch): {cpu_model()}"
+    if backend == "jax":
+        import jax
+
+        first = jax.devices()[0]
+        return f"{first.platform} (jax): {first.device_kind}"
+    return f"{backend}'s default device"
+
+
 def is_gpt2_small(config):
     return config == GPT2_SMALL
 
@@ -180,48 +261,52 @@ def count_new_tokens(token_ids, valid, prompts):
 
 
 # --------------------------------------------------------------------------- contenders
-# Each builder returns (model, generate(prompts) -> (token_ids, valid) numpy,
+# Each builder returns (model, prepare(prompts) -> what generate takes, made
+# before the clock starts, generate(prepared) -> (token_ids, valid) numpy,
 # logits(token_ids) -> numpy (batch, length, vocab), path description).
 
 
-def build_ours(config, new_tokens):
+def build_ours(config, new_tokens, dtype, jit_compile=False):
     import keras
     import numpy as np
 
     from attention_zoo_keras.models import GPTBackbone
     from attention_zoo_keras.models import GPTCausalLM
 
-    backbone = GPTBackbone(**config, dropout=0.0, attention_dropout=0.0)
+    backbone = GPTBackbone(**config, dropout=0.0, attention_dropout=0.0, dtype=dtype)
     lm = GPTCausalLM(backbone=backbone, preprocessor=None)
+    if jit_compile:
+        lm.compile(jit_compile=True)
 
-    def generate(prompts):
-        out = lm.generate(
-            {"token_ids": prompts, "padding_mask": np.ones_like(prompts)},
-            max_new_tokens=new_tokens,
-            stop_token_ids=None,
-        )
+    def prepare(prompts):
+        return {"token_ids": prompts, "padding_mask": np.ones_like(prompts)}
+
+    def generate(inputs):
+        out = lm.generate(inputs, max_new_tokens=new_tokens, stop_token_ids=None)
         return out["token_ids"], out["padding_mask"]
 
     def logits(token_ids):
         ones = np.ones_like(token_ids)
         return keras.ops.convert_to_numpy(lm({"token_ids": token_ids, "padding_mask": ones}))
 
-    path = "GPTCausalLM.generate(dict, max_new_tokens, stop_token_ids=None) (default sampler 'greedy')"
-    return lm, generate, logits, path
+    path = "GPTCausalLM.generate(dict of numpy, max_new_tokens, stop_token_ids=None) (default sampler 'greedy')"
+    if jit_compile:
+        path += ", after compile(jit_compile=True) (torch: the decoding step compiled by inductor)"
+    return lm, prepare, generate, logits, path
 
 
-def build_keras_hub(config, new_tokens, jit_compile):
+def build_keras_hub(config, new_tokens, jit_compile, dtype):
     import keras
     import keras_hub
     import numpy as np
 
-    backbone = keras_hub.models.GPT2Backbone(**config, dropout=0.0)
+    backbone = keras_hub.models.GPT2Backbone(**config, dropout=0.0, dtype=dtype)
     lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     jit = {"auto": "auto", "true": True, "false": False}[jit_compile]
     lm.compile(sampler="greedy", jit_compile=jit)
     assert type(lm.sampler).__name__ == "GreedySampler", lm.sampler
 
-    def generate(prompts):
+    def prepare(prompts):
         # preprocessor=None: KerasHub 0.32's CausalLM.generate(inputs,
         # max_length=None, stop_token_ids="auto", strip_prompt=False) uses
         # `max_length` only for its preprocessor; the buffer's width decides.
@@ -238,10 +323,12 @@ def build_keras_hub(config, new_tokens, jit_compile):
         token_ids[:, :prompt_len] = prompts
         padding_mask = np.zeros(token_ids.shape, dtype=bool)
         padding_mask[:, :prompt_len] = True
-        inputs = {
+        return {
             "token_ids": keras.ops.convert_to_tensor(token_ids),
             "padding_mask": keras.ops.convert_to_tensor(padding_mask),
         }
+
+    def generate(inputs):
         out = lm.generate(inputs, stop_token_ids=None)
         return out["token_ids"], out["padding_mask"]
 
@@ -255,14 +342,14 @@ def build_keras_hub(config, new_tokens, jit_compile):
         "torch": "eager, torch.no_grad()",
     }.get(keras.backend.backend(), "?")
     path = f"GPT2CausalLM.generate(dict padded to prompt+new, stop_token_ids=None), GreedySampler, {compiled}"
-    return lm, generate, logits, path
+    return lm, prepare, generate, logits, path
 
 
-def build_transformers(config, new_tokens, static_cache=False):
-    """`transformers`' GPT-2 and its greedy `generate`; with `static_cache`,
-    `cache_implementation="static"` (a preallocated cache, which
-    `transformers` may also `torch.compile` the decoding step for: its best
-    generation path)."""
+def build_transformers(config, prompt_len, new_tokens, dtype, device, static_cache=False):
+    """`transformers`' GPT-2 on `device` in `dtype` and its greedy
+    `generate`; with `static_cache`, `cache_implementation="static"` (a
+    cache preallocated to `prompt_len + new_tokens`, for which `generate`
+    compiles the decoding step on CUDA: its best generation path)."""
     import torch
     import transformers
 
@@ -284,34 +371,41 @@ def build_transformers(config, new_tokens, static_cache=False):
         attn_implementation="sdpa",
     )
     model = transformers.GPT2LMHeadModel(hf_config)
-    model.eval()
+    model.to(device=device, dtype=getattr(torch, dtype)).eval()
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    cache = {"cache_implementation": "static", "max_cache_len": prompt_len + new_tokens} if static_cache else {}
 
-    def generate(prompts):
-        input_ids = torch.from_numpy(prompts).long()
+    def prepare(prompts):
+        input_ids = torch.from_numpy(prompts).long().to(device)
+        return input_ids, torch.ones_like(input_ids)
+
+    def generate(inputs):
+        input_ids, attention_mask = inputs
         with torch.no_grad():
             out = model.generate(
                 input_ids,
-                attention_mask=torch.ones_like(input_ids),
+                attention_mask=attention_mask,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
                 do_sample=False,
                 num_beams=1,
                 pad_token_id=0,
-                **({"cache_implementation": "static"} if static_cache else {}),
+                **cache,
             )
-        out = out.numpy()
+        out = out.cpu().numpy()
         # No row can end early (min_new_tokens), so every position is valid.
         return out, out >= 0
 
     def logits(token_ids):
         with torch.no_grad():
-            return model(torch.from_numpy(token_ids).long()).logits.float().numpy()
+            return model(torch.from_numpy(token_ids).long().to(device)).logits.float().cpu().numpy()
 
-    path = "eval + torch.no_grad() GPT2LMHeadModel.generate(greedy, min_new_tokens=max_new_tokens) (sdpa)"
+    path = f"eval + torch.no_grad() GPT2LMHeadModel.generate(greedy, min_new_tokens=max_new_tokens) (sdpa, {dtype})"
     if static_cache:
-        path += ', cache_implementation="static"'
-    return model, generate, logits, path
+        path += f', cache_implementation="static", max_cache_len={prompt_len + new_tokens}'
+        if device == "cuda":
+            path += " (decoding step compiled by generate: torch.compile, reduce-overhead)"
+    return model, prepare, generate, logits, path
 
 
 def greedy_check(logits_fn, token_ids, prompt_len):
@@ -335,11 +429,14 @@ def greedy_check(logits_fn, token_ids, prompt_len):
 def main(argv=None):
     args = parse_args(argv)
     limit_threads(args.threads)
+    device = choose_torch_device(args.device)
 
     import keras
 
     backend = keras.backend.backend()
     apply_backend_threads(backend, args.threads)
+    if backend != "torch" and args.device != "auto":
+        raise SystemExit(f"--device {args.device} is for the torch backend; {backend} runs on its default device")
     label = args.backend_label or backend
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = sorted(set(contenders) - set(CONTENDERS))
@@ -348,12 +445,17 @@ def main(argv=None):
     if backend != "torch":
         contenders = [name for name in contenders if not name.startswith("transformers")]
     config, new_tokens, prompt_len = args.config, args.new_tokens, args.prompt_len
+    synchronize = device_synchronizer(backend, device)
+    # bfloat16 rounds the cached and the full forward differently: near-ties
+    # may pick other tokens, counted rather than fatal.
+    mismatches_allowed = args.dtype == "bfloat16"
 
     shape_name = "GPT-2 small" if is_gpt2_small(config) else "custom shape (NOT GPT-2 small)"
-    print(f"# {shape_name} greedy generation benchmark, backend={label}")
+    print(f"# {shape_name} greedy generation benchmark, backend={label}, {args.dtype}")
     print(
         "model: " + ", ".join(f"{k} {v}" for k, v in config.items()) + "; dropout 0, random weights"
     )
+    print(f"device: {device_description(backend, device)}")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
     print(
@@ -365,7 +467,7 @@ def main(argv=None):
     sys.stdout.flush()
 
     results = {}  # contender -> {"path": str, "batch_<b>": {...}} or {"error": str}
-    runners = {}  # contender -> (generate, logits)
+    runners = {}  # contender -> (prepare, generate, logits)
 
     def fail(name, error):
         results[name]["error"] = f"{type(error).__name__}: {error}"
@@ -382,61 +484,74 @@ def main(argv=None):
             keras.utils.set_random_seed(args.seed)
             start = time.perf_counter()
             if name.startswith("transformers"):
-                model, generate, logits, path = build_transformers(config, new_tokens, name == "transformers_static")
+                static = name == "transformers_static"
+                model, *runner, path = build_transformers(config, prompt_len, new_tokens, args.dtype, device, static)
                 params = sum(p.numel() for p in model.parameters())
             elif name == "keras_hub":
-                model, generate, logits, path = build_keras_hub(config, new_tokens, args.jit_compile)
+                model, *runner, path = build_keras_hub(config, new_tokens, args.jit_compile, args.dtype)
                 params = model.count_params()
             else:
-                model, generate, logits, path = build_ours(config, new_tokens)
+                model, *runner, path = build_ours(config, new_tokens, args.dtype, name == "ours_compiled")
                 params = model.count_params()
+            synchronize()
             results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))
-            runners[name] = (generate, logits)
+            runners[name] = runner
             print(f"[{name}] {params:,} parameters, built in {results[name]['build_s']:.1f}s; {path}")
             sys.stdout.flush()
         except Exception as error:  # report and go on with the other contenders
             fail(name, error)
-        model = generate = logits = None
+        model = runner = None
         gc.collect()
 
     for batch_size in args.batch_sizes:
         key = f"batch_{batch_size}"
         prompts = make_prompts(batch_size, prompt_len, config["vocabulary_size"], args.seed)
         expected = batch_size * new_tokens
+        prepared = {}  # contender -> its inputs for these prompts, made before any clock starts
 
         def run_once(name):
-            token_ids, valid = runners[name][0](prompts)
+            """`(token_ids, wall seconds, process CPU seconds)` of one
+            `generate` call, the device's work included; then (untimed)
+            checks the output and the number of new tokens."""
+            synchronize()
+            cpu_start, start = time.process_time(), time.perf_counter()
+            token_ids, valid = runners[name][1](prepared[name])
+            synchronize()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             generated = count_new_tokens(token_ids, valid, prompts)
             if generated != expected:
                 raise AssertionError(
                     f"{name} generated {generated} new tokens, expected {batch_size} x {new_tokens} = {expected}"
                 )
-            return token_ids, generated
+            return token_ids, wall, cpu
 
         print(f"\n## batch {batch_size}")
         for name in list(runners):
             try:
-                start = time.perf_counter()
-                token_ids, generated = run_once(name)
-                first = time.perf_counter() - start
+                prepared[name] = runners[name][0](prompts)
+                token_ids, first, _ = run_once(name)
                 for _ in range(args.warmup - 1):
                     run_once(name)
                 entry = results[name][key] = {
-                    "first_call_s": first, "generated_tokens": generated, "times_s": [], "cpu_s": []
+                    "first_call_s": first, "generated_tokens": expected, "times_s": [], "cpu_s": []
                 }
                 line = (
                     f"[{name}] batch {batch_size}: first call (compile/warm-up) {first:.2f}s; "
-                    f"generated {generated} new tokens (= {batch_size} x {new_tokens})"
+                    f"generated {expected} new tokens (= {batch_size} x {new_tokens})"
                 )
                 if not args.no_greedy_check:
-                    checked, mismatches, worst = greedy_check(runners[name][1], token_ids, prompt_len)
+                    checked, mismatches, worst = greedy_check(runners[name][2], token_ids, prompt_len)
                     entry["greedy_check"] = {"checked": checked, "mismatches": mismatches, "max_gap": worst}
-                    if mismatches:
+                    if mismatches and not mismatches_allowed:
                         raise AssertionError(
                             f"{name}: {mismatches} of {checked} generated tokens are not the argmax of a full "
                             f"forward over the output (largest logit gap {worst:.3g})"
                         )
-                    line += f"; greedy check: {checked} argmax tokens (largest gap {worst:.1e})"
+                    line += (
+                        f"; greedy check: {checked - mismatches} of {checked} tokens the argmax"
+                        f"{' (bfloat16: mismatches counted, not fatal)' if mismatches else ''} "
+                        f"(largest gap {worst:.1e})"
+                    )
                 print(line)
                 sys.stdout.flush()
             except Exception as error:
@@ -448,10 +563,7 @@ def main(argv=None):
                 if name not in runners:
                     continue
                 try:
-                    cpu_start, start = time.process_time(), time.perf_counter()
-                    run_once(name)
-                    wall = time.perf_counter() - start
-                    cpu = time.process_time() - cpu_start
+                    _, wall, cpu = run_once(name)
                 except Exception as error:
                     fail(name, error)
                     continue
@@ -475,23 +587,25 @@ def main(argv=None):
     runners.clear()
 
     print(
-        f"\n## {label}: {shape_name}, prompt {prompt_len} + {new_tokens} new tokens, greedy, "
+        f"\n## {label}: {shape_name}, {args.dtype}, prompt {prompt_len} + {new_tokens} new tokens, greedy, "
         f"median of {args.repeats} (seconds per generate call)\n"
     )
-    print(
-        "| contender | batch | median s | min s | CPU s | new tok/s (median) | new tok/s (best) "
-        "| ratio (median) | ratio (min) | ratio (paired) |"
+    columns = (
+        "first call s", "median s", "min s", "CPU s", "new tok/s (median)", "new tok/s (best)",
+        "ratio (median)", "ratio (min)", "ratio (paired)", "greedy check (argmax / checked)",
     )
-    print("|" + "---|" * 10)
+    print("| contender | batch | " + " | ".join(columns) + " |")
+    print("|" + "---|" * (2 + len(columns)))
     ours = results.get("ours", {})
     for batch_size in args.batch_sizes:
         key = f"batch_{batch_size}"
         for name, entry in results.items():
             if "error" in entry or "median_s" not in entry.get(key, {}):
-                print(f"| {name} | {batch_size} | failed | - | - | - | - | - | - | - |")
+                print(f"| {name} | {batch_size} | failed | " + " | ".join(["-"] * (len(columns) - 1)) + " |")
                 continue
             e = entry[key]
-            cells = [f"{e['median_s']:.3f}", f"{e['min_s']:.3f}", f"{e['cpu_median_s']:.3f}"]
+            cells = [f"{e['first_call_s']:.2f}"]
+            cells += [f"{e['median_s']:.3f}", f"{e['min_s']:.3f}", f"{e['cpu_median_s']:.3f}"]
             cells += [f"{e['tokens_per_s_median']:.1f}", f"{e['tokens_per_s_best']:.1f}"]
             if "error" not in ours and "median_s" in ours.get(key, {}):
                 cells.append(f"{e['median_s'] / ours[key]['median_s']:.2f}")
@@ -500,13 +614,17 @@ def main(argv=None):
                 cells.append(f"{e['paired_ratio']:.2f}")
             else:
                 cells += ["-", "-", "-"]
+            greedy = e.get("greedy_check")
+            cells.append(f"{greedy['checked'] - greedy['mismatches']} / {greedy['checked']}" if greedy else "-")
             print(f"| {name} | {batch_size} | " + " | ".join(cells) + " |")
     print(
+        "\nfirst call s = the first generate call of the batch size alone (compilation, recording, warm-up)."
         "\nnew tok/s = batch x new tokens / wall time of one generate call (prompt pass included)."
         "\nratio = contender / ours of the times (> 1: ours faster): of the medians, of the minima, and"
         "\n'paired', the median over rounds of the per-round ratio (the contenders run back to back in"
         "\neach round, so this one cancels load that changes between rounds). CPU s = median process"
-        "\nCPU time (all threads)."
+        "\nCPU time (all threads"
+        + ("; on CUDA it includes the wait for the device)." if device == "cuda" and backend == "torch" else ").")
     )
     print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -514,6 +632,8 @@ def main(argv=None):
         payload = {
             "backend": backend,
             "label": label,
+            "device": device_description(backend, device),
+            "dtype": args.dtype,
             "cpu": cpu_model(),
             "threads": args.threads,
             "versions": versions(backend),

@@ -6,9 +6,12 @@ whose answer depends on the backend live here, one concern per module:
 - `environment`: the backend, whether a value is concrete (so
   its contents can be checked before entering a compiled graph);
 - `attention_kernels`: calling the fused attention kernels;
+- `dense_kernels`: dense projections and layer normalization as one fused
+  kernel each;
 - `compiled_decoding`: compiled decoding loops, in-place buffer writes;
 - `recorded_steps`: model steps (forward, decoding, training) recorded once
   per input signature and replayed on torch;
+- `cuda_graphs`: a recorded step replayed as one captured CUDA graph;
 - `fused_optimizers`: optimizer updates as one fused kernel;
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
@@ -26,7 +29,10 @@ from attention_zoo_keras.backend_support.attention_kernels import native_fused_a
 from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
 from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
 from attention_zoo_keras.backend_support.compiled_decoding import materialize
+from attention_zoo_keras.backend_support.compiled_decoding import reorder_rows
 from attention_zoo_keras.backend_support.compiled_decoding import write_rows
+from attention_zoo_keras.backend_support.dense_kernels import dense_projection
+from attention_zoo_keras.backend_support.dense_kernels import layer_normalization
 from attention_zoo_keras.backend_support.environment import backend_name
 from attention_zoo_keras.backend_support.environment import is_concrete
 from attention_zoo_keras.backend_support.environment import relaxes_traced_shapes
@@ -51,15 +57,18 @@ __all__ = [
     "compile_step",
     "compile_training_step",
     "custom_gradient_from_outputs",
+    "dense_projection",
     "fill_columns",
     "fused_adam_update",
     "initialized_from",
     "is_integer_dtype",
     "is_concrete",
+    "layer_normalization",
     "mask_for_fused_attention",
     "materialize",
     "native_fused_attention",
     "relaxes_traced_shapes",
+    "reorder_rows",
     "seeded_global_random",
     "supports_custom_gradients",
     "vjp",

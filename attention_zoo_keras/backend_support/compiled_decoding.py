@@ -32,6 +32,25 @@ def write_rows(buffer, start, update):
     return keras.ops.slice_update(buffer, starts, keras.ops.cast(update, buffer.dtype))
 
 
+def reorder_rows(buffer, rows):
+    """`buffer[rows]` (rows along the first axis), as beam search reorders
+    its caches at every step.
+
+    Under torch with gradient tracking off the result is written back into
+    `buffer` itself (a cache has a single owner), so that a loop replayed
+    from a CUDA graph keeps reading and writing the same memory instead of
+    copying a new cache into it at every step. Elsewhere it is a `take`.
+    """
+    if backend_name() == "torch":
+        import torch
+
+        if not torch.is_grad_enabled():
+            buffer = keras.ops.convert_to_tensor(buffer).contiguous()
+            rows = keras.ops.convert_to_tensor(rows).long()
+            return buffer.copy_(buffer.index_select(0, rows))
+    return keras.ops.take(buffer, rows, axis=0)
+
+
 def fill_columns(scores, columns, value):
     """`scores` `(batch, vocabulary)` with the `columns` (a list of ints)
     set to `value`, as a decoding loop suppresses token ids at every step.

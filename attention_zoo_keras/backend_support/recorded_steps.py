@@ -53,13 +53,19 @@ import logging
 import warnings
 
 import keras
+import optree
+from keras.src.backend.common.stateless_scope import in_stateless_scope
+from keras.src.backend.common.variables import get_autocast_scope
 
+from attention_zoo_keras.backend_support.cuda_graphs import captured_or_plain
 from attention_zoo_keras.backend_support.environment import backend_name
 
 logger = logging.getLogger("attention_zoo_keras")
 
 
-def compile_step(step, variables, on_new_signature=None, compile_program=False):
+def compile_step(
+    step, variables, on_new_signature=None, compile_program=False, fallback=None, capture_cuda_graph=False
+):
     """`step`, a model call repeated with few input shapes, made cheap per call.
 
     Under JAX and TensorFlow it is returned as is: the loop around it is
@@ -78,6 +84,16 @@ def compile_step(step, variables, on_new_signature=None, compile_program=False):
             each recording with `torch.compile` (inductor, static shapes):
             what `compile(jit_compile=True)` asks for. The first call of a
             signature then takes seconds to minutes.
+        fallback: under torch, a function with `step`'s arguments and
+            results. If given, a recording of `step` that reads a tensor's
+            value into Python (a branch on a value, which the recording
+            would freeze) is refused, and `fallback` runs for that
+            signature instead (logged at INFO). Without it, `step` is
+            assumed to branch on shapes only.
+        capture_cuda_graph: under torch, on CUDA, replay each recording as
+            a captured CUDA graph (`cuda_graphs.GraphReplay`): one launch
+            per call instead of one per operation. `step` must write in
+            place only rows it computes from its inputs (a cache row).
 
     Returns:
         A function with `step`'s arguments and results; under torch it has
@@ -86,13 +102,22 @@ def compile_step(step, variables, on_new_signature=None, compile_program=False):
     if backend_name() != "torch":
         return step
 
-    def record(args, flat_args):
-        if not compile_program:
-            return _jit_trace(step, args, variables, flat_args)
-        program = _make_fx(lambda *step_args: (None, step(*step_args)), args, variables, 0, flat_args, True)
-        return None if program is None else lambda flat_args: program(flat_args)[0]
+    def record(nesting, flat_args):
+        capture = capture_cuda_graph and any(t.is_cuda for t in flat_args)
+        try:
+            if compile_program:
+                whole = lambda *step_args: (None, step(*step_args))
+                program = _make_fx(whole, nesting, variables, 0, flat_args, True, capture)
+                return None if program is None else lambda flat_args: program(flat_args)[0]
+            return _jit_trace(step, nesting, variables, flat_args, strict=fallback is not None, capture=capture)
+        except Exception as refusal:  # with a fallback: `make_fx` refuses a step that reads values
+            if fallback is None:
+                raise
+            reason = (str(refusal).splitlines() or [type(refusal).__name__])[0]
+            logger.info("The step branches on a tensor's value, so it is not recorded whole: %s", reason)
+            return None
 
-    return _Recordings(record, step, on_new_signature)
+    return _Recordings(record, step if fallback is None else fallback, on_new_signature)
 
 
 def compile_training_step(
@@ -144,9 +169,9 @@ def compile_training_step(
             update(torch.autograd.grad(loss, weights, allow_unused=True))
         return outputs
 
-    def record(args, flat_args):
+    def record(nesting, flat_args):
         try:
-            program = _make_fx(step, args, every_variable, len(trainable_variables), flat_args, compile_program)
+            program = _make_fx(step, nesting, every_variable, len(trainable_variables), flat_args, compile_program)
         except Exception as error:  # make_fx refuses the step: it runs eagerly, as it would without recording
             reason = (str(error).splitlines() or [type(error).__name__])[0]
             logger.info("The training step cannot be recorded for these inputs, so it runs eagerly: %s", reason)
@@ -166,7 +191,8 @@ def compile_training_step(
 
 class _Recordings:
     """A step's recordings by input signature: each is made on the first
-    call with its signature by `record(args, flat_args)`, which returns a
+    call with its signature by `record(nesting, flat_args)` (`nesting`: the
+    arguments' `optree` structure), which returns a
     replay (a function of the flat input tensors) or `None` where the
     signature runs `eager(*args)` instead."""
 
@@ -180,10 +206,12 @@ class _Recordings:
     def __call__(self, *args):
         import torch
 
-        flat_args = [keras.ops.convert_to_tensor(t) for t in keras.tree.flatten(args)]
+        # `optree` (C++) flattens in microseconds, where `keras.tree` on
+        # torch takes about a hundred per decoding step.
+        leaves, nesting = optree.tree_flatten(args)
+        flat_args = [t if isinstance(t, torch.Tensor) else keras.ops.convert_to_tensor(t) for t in leaves]
         # The nesting (e.g. a dict's names) and each tensor's shape and dtype.
-        nesting = repr(keras.tree.map_structure(lambda _: "", args))
-        signature = (nesting, tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in flat_args))
+        signature = (nesting, tuple((tuple(t.shape), t.dtype) for t in flat_args))
         if signature not in self.replays:
             if self.on_new_signature is not None:
                 self.on_new_signature(signature)
@@ -191,28 +219,42 @@ class _Recordings:
             # global generator are undone, so the first replay draws what
             # an eager call would have.
             with torch.random.fork_rng():
-                self.replays[signature] = self.record(args, flat_args)
+                self.replays[signature] = self.record(nesting, flat_args)
         replay = self.replays[signature]
         if replay is None:
             return self.eager(*args)
         return replay(flat_args)
 
 
-def _stateless(step, args, variables):
+def _stateless(step, nesting, variables):
     """`step` as a function of `(*values of variables, *flat args)` under a
-    `StatelessScope`, returning `(step's result, indices of the variables
-    it assigned, their new values)`."""
+    `StatelessScope` (`nesting`: the args' `optree` structure), returning
+    `(step's result, indices of the variables it assigned, their new
+    values)`."""
 
     def flat_step(*inputs):
         values, flat = inputs[: len(variables)], inputs[len(variables) :]
         with keras.StatelessScope(state_mapping=list(zip(variables, values))) as scope:
             initial = [scope.get_current_value(variable) for variable in variables]
-            result = step(*keras.tree.pack_sequence_as(args, list(flat)))
+            result = step(*nesting.unflatten(list(flat)))
         final = [scope.get_current_value(variable) for variable in variables]
         assigned = [index for index, value in enumerate(final) if value is not initial[index]]
         return result, assigned, [final[index] for index in assigned]
 
     return flat_step
+
+
+def _values(variables):
+    """The variables' current tensors, detached, as a replay takes them.
+
+    Outside a `StatelessScope` and an autocast scope a torch Keras
+    variable's value is its `_value`; Keras' `value` property, which looks
+    both up, costs about 5 µs a variable: 1 ms per decoding step of a
+    12-layer model, more than a replayed CUDA graph takes to run.
+    """
+    if in_stateless_scope() or get_autocast_scope() is not None:
+        return [variable.value.detach() for variable in variables]
+    return [variable._value.detach() for variable in variables]
 
 
 def _draws_random_numbers(variables, assigned):
@@ -229,20 +271,44 @@ def _assign(variables, assigned, values):
         variables[index].assign(value)
 
 
-def _jit_trace(step, args, variables, flat_args):
-    """`step(*args)` recorded by `torch.jit.trace`; returns the replay, or
-    `None` if `step` draws random numbers."""
+class _ReadsValues(Exception):
+    """A strict recording read a tensor's value into Python."""
+
+
+def _check_reads_no_values(function, inputs):
+    """Raises `_ReadsValues` if `function(*inputs)` reads a tensor's value
+    into Python. `torch.jit.trace` only warns when a value becomes a Python
+    bool or number, and warns alike for shapes, which it traces as tensors;
+    a `make_fx` run on fake tensors (shapes and dtypes, nothing computed)
+    has concrete shapes and fails on any value read."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        make_fx(function, tracing_mode="fake")(*inputs)
+    except Exception as error:
+        raise _ReadsValues((str(error).splitlines() or [type(error).__name__])[0]) from error
+
+
+def _jit_trace(step, nesting, variables, flat_args, strict=False, capture=False):
+    """`step` on the arguments `nesting.unflatten(flat_args)` recorded by `torch.jit.trace`; returns the replay
+    (from a CUDA graph if `capture`), or `None` if `step` draws random
+    numbers. With `strict`, raises `_ReadsValues` if `step` reads a
+    tensor's value into Python (torch's tracer warns "Converting a tensor
+    to a Python boolean/index/…")."""
     import torch
 
-    flat_step = _stateless(step, args, variables)
+    flat_step = _stateless(step, nesting, variables)
     recorded = {}
 
     def traced_function(*inputs):
         outputs, assigned, new_values = flat_step(*inputs)
-        recorded.update(structure=outputs, assigned=assigned)
-        return (*keras.tree.flatten(outputs), *new_values)
+        flat_outputs, structure = optree.tree_flatten(outputs)
+        recorded.update(structure=structure, assigned=assigned)
+        return (*flat_outputs, *new_values)
 
     weights = [variable.value.detach() for variable in variables]
+    if strict:
+        _check_reads_no_values(traced_function, [*weights, *flat_args])
     with warnings.catch_warnings():
         # Shapes and Python constants are baked into the trace by design
         # (one trace per signature); the API is deprecated.
@@ -252,20 +318,24 @@ def _jit_trace(step, args, variables, flat_args):
     structure, assigned = recorded["structure"], recorded["assigned"]
     if _draws_random_numbers(variables, assigned):
         return None
+    program = lambda inputs: traced(*inputs)
+    if capture:
+        program = captured_or_plain(program, len(variables), [*weights, *flat_args])
 
     def replay(flat_args):
-        flat_outputs = traced(*(variable.value.detach() for variable in variables), *flat_args)
+        flat_outputs = program([*_values(variables), *flat_args])
         num_outputs = len(flat_outputs) - len(assigned)
         _assign(variables, assigned, flat_outputs[num_outputs:])
-        return keras.tree.pack_sequence_as(structure, list(flat_outputs[:num_outputs]))
+        return structure.unflatten(list(flat_outputs[:num_outputs]))
 
     return replay
 
 
-def _make_fx(step, args, variables, num_trainable, flat_args, compile_program):
-    """`step(*args)`'s forward pass and the gradients of its loss with
+def _make_fx(step, nesting, variables, num_trainable, flat_args, compile_program, capture=False):
+    """`step`'s forward pass (on the arguments `nesting.unflatten(flat_args)`) and the gradients of its loss with
     respect to the first `num_trainable` variables, recorded by `make_fx`
-    (and compiled by `torch.compile` if `compile_program`).
+    (and compiled by `torch.compile` if `compile_program`; replayed from a
+    CUDA graph if `capture`).
 
     Returns `program`: `program(flat_args)` assigns the variables the step
     assigned and returns `(outputs, gradients)`, a gradient per trainable
@@ -274,15 +344,16 @@ def _make_fx(step, args, variables, num_trainable, flat_args, compile_program):
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    flat_step = _stateless(step, args, variables)
+    flat_step = _stateless(step, nesting, variables)
     recorded = {}
 
     def differentiated(*inputs):
         (loss, outputs), assigned, new_values = flat_step(*inputs)
         gradients = torch.autograd.grad(loss, inputs[:num_trainable], allow_unused=True) if num_trainable else ()
         used = [index for index, gradient in enumerate(gradients) if gradient is not None]
-        recorded.update(structure=outputs, assigned=assigned, used=used)
-        return (*keras.tree.flatten(outputs), *new_values, *(gradients[index] for index in used))
+        flat_outputs, structure = optree.tree_flatten(outputs)
+        recorded.update(structure=structure, assigned=assigned, used=used)
+        return (*flat_outputs, *new_values, *(gradients[index] for index in used))
 
     inputs = [
         variable.value.detach().requires_grad_(index < num_trainable) for index, variable in enumerate(variables)
@@ -295,14 +366,18 @@ def _make_fx(step, args, variables, num_trainable, flat_args, compile_program):
         return None
     if compile_program:
         graph = torch.compile(graph, fullgraph=True, dynamic=False)
-    num_outputs = len(keras.tree.flatten(structure))
+    run = lambda inputs: graph(*inputs)
+    if capture:
+        with torch.no_grad():
+            run = captured_or_plain(run, len(variables), [*_values(variables), *flat_args])
+    num_outputs = structure.num_leaves
 
     def program(flat_args):
         with torch.no_grad():
-            flat_results = graph(*(variable.value.detach() for variable in variables), *flat_args)
+            flat_results = run([*_values(variables), *flat_args])
         new_values = flat_results[num_outputs : num_outputs + len(assigned)]
         _assign(variables, assigned, new_values)
-        outputs = keras.tree.pack_sequence_as(structure, list(flat_results[:num_outputs]))
+        outputs = structure.unflatten(list(flat_results[:num_outputs]))
         gradients = [None] * num_trainable
         for index, gradient in zip(used, flat_results[num_outputs + len(assigned) :]):
             gradients[index] = gradient

@@ -3,6 +3,7 @@
 from attention_zoo_keras.generation.beam_search import BeamOptions
 from attention_zoo_keras.generation.decoding_state import DecodingState
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
+from attention_zoo_keras.generation.in_place_decoding import sampling_body
 from attention_zoo_keras.generation.samplers import GreedySampler
 from attention_zoo_keras.generation.samplers import Sampler
 from attention_zoo_keras.generation.samplers import TemperatureSampler

@@ -30,6 +30,8 @@ from typing import NamedTuple
 import keras
 from keras import ops
 
+from attention_zoo_keras.backend_support import reorder_rows
+
 _NEG = -1.0e9
 
 
@@ -62,22 +64,20 @@ def _gather_beams(tensor, indices):
     return ops.take_along_axis(tensor, ops.broadcast_to(expanded, ops.shape(indices) + ops.shape(tensor)[2:]), axis=1)
 
 
-def beam_search(step, state, options, process_log_probs=None):
-    """Best continuation of each prompt (all prompts the same length).
+def beam_search_body(step, options, process_log_probs=None):
+    """The search's body: `body(index, running, running_scores, finished,
+    finished_scores, finished_lengths, is_finished, improvable, all_ended,
+    cache, fixed)` extends every running beam by position `index` and
+    returns the same tuple (without `fixed`) for `index + 1`.
+
+    `fixed` is `(prompt_length, max_length, row_end_positions,
+    stop_token_ids, constants)` (see `beam_search`): every tensor the body
+    reads is an argument, so a recording of it serves every call.
 
     Args:
         step: `step(token_ids (batch·K, 1), cache, index, *constants) ->
             (logits (batch·K, vocabulary), cache)`, the model on the token at
             `index` given a cache of every earlier position.
-        state: a `DecodingState`: `token_ids` `(batch, buffer_length)` int32,
-            the prompts in `[:, :start_index]` and the pad id after;
-            `end_positions` `(batch,)`, of which the largest is the longest
-            total length; `stop_token_ids`; `start_index`, the length of
-            every prompt; `cache`, the model's cache for `batch · K` rows
-            (each prompt's rows consecutive) holding positions
-            `[0, start_index − 1)` (a position-addressed cache may hold
-            more); the first step feeds position `start_index − 1`; and the
-            `constants` `step` takes. Its `prompt_mask` is not used.
         options: `BeamOptions` (see the module docstring).
         process_log_probs: optionally `process_log_probs(log_probs (batch·K,
             vocabulary), index, end_positions (batch·K,)) -> log_probs`,
@@ -85,36 +85,17 @@ def beam_search(step, state, options, process_log_probs=None):
             position `index` before they add to the beams' scores (as
             `transformers` applies its logits processors in beam search:
             e.g. suppressed tokens at −∞, not renormalised).
-
-    Returns:
-        `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
-        buffer_length)` (the pad id after its end) and its total length
-        `(batch,)`.
     """
-    token_ids, stop_token_ids, cache, constants = state.token_ids, state.stop_token_ids, state.cache, state.constants
     beams, length_penalty, early_stopping = options
-    batch, buffer_length = ops.shape(token_ids)
-    num_stop = ops.shape(stop_token_ids)[0]
-    keep = max(2, 1 + num_stop) * beams
-    prompt_length = ops.cast(state.start_index, "int32")
-    max_length = ops.cast(ops.max(state.end_positions), "int32")
-    row_end_positions = ops.repeat(ops.cast(state.end_positions, "int32"), beams, axis=0)
-    positions = ops.arange(buffer_length, dtype="int32")
-    in_top_beams = ops.arange(keep) < beams
-
-    def penalised(score, generated_length):
-        return score / ops.power(ops.cast(generated_length, "float32"), length_penalty)
-
-    def keep_going(index, running, running_scores, finished, finished_scores, finished_lengths,
-                   is_finished, improvable, all_ended, cache):
-        go = ops.logical_and(ops.any(improvable), ops.logical_not(all_ended))
-        if early_stopping is True:
-            go = ops.logical_and(go, ops.logical_not(ops.all(is_finished)))
-        return ops.logical_and(go, ops.less(index, max_length))
 
     def search_one(index, running, running_scores, finished, finished_scores, finished_lengths,
-                   is_finished, improvable, all_ended, cache):
-        previous = ops.reshape(ops.take(running, index - 1, axis=2), (batch * beams, 1))
+                   is_finished, improvable, all_ended, cache, fixed):
+        prompt_length, max_length, row_end_positions, stop_token_ids, constants = fixed
+        batch, _, buffer_length = ops.shape(running)
+        keep = _kept_candidates(beams, ops.shape(stop_token_ids)[0])
+        positions = ops.arange(buffer_length, dtype="int32")
+        in_top_beams = ops.arange(keep) < beams
+        previous = ops.reshape(ops.take(running, ops.reshape(index - 1, (1,)), axis=2), (batch * beams, 1))
         logits, cache = step(previous, cache, index - 1, *constants)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         if process_log_probs is not None:
@@ -135,12 +116,12 @@ def beam_search(step, state, options, process_log_probs=None):
         running = _gather_beams(candidates, next_indices)
         running_scores = _gather_beams(running_candidate_scores, next_indices)
         rows = ops.reshape(_gather_beams(parents, next_indices) + ops.arange(batch, dtype="int32")[:, None] * beams, (-1,))
-        cache = keras.tree.map_structure(lambda tensor: ops.take(tensor, rows, axis=0), cache)
+        cache = keras.tree.map_structure(lambda tensor: reorder_rows(tensor, rows), cache)
 
         # Finished hypotheses: the best K so far, with the length penalty.
         just_finished = ops.logical_and(ended, in_top_beams[None, :])
         generated = index + 1 - prompt_length
-        candidate_scores = penalised(top_scores, generated)
+        candidate_scores = _penalised(top_scores, generated, length_penalty)
         closed = ops.logical_not(improvable)
         if early_stopping is True:
             closed = ops.logical_or(closed, ops.all(is_finished, axis=-1, keepdims=True))
@@ -160,17 +141,66 @@ def beam_search(step, state, options, process_log_probs=None):
             best_length = max_length - prompt_length
         else:
             best_length = index - prompt_length
-        best_running = penalised(running_scores[:, :1], best_length)
+        best_running = _penalised(running_scores[:, :1], best_length, length_penalty)
         worst_finished = ops.where(is_finished, ops.min(finished_scores, axis=1, keepdims=True), _NEG)
         improvable = ops.logical_and(improvable, ops.any(best_running > worst_finished, axis=-1, keepdims=True))
         return (index, running, running_scores, finished, finished_scores, finished_lengths,
                 is_finished, improvable, ops.all(ended), cache)
 
+    return search_one
+
+
+def _kept_candidates(beams, num_stop):
+    """Candidates kept per step: `2K`, or more with several stop tokens (so
+    that `K` running beams remain however many candidates end)."""
+    return max(2, 1 + num_stop) * beams
+
+
+def _penalised(score, generated_length, length_penalty):
+    return score / ops.power(ops.cast(generated_length, "float32"), length_penalty)
+
+
+def beam_search(body, state, options):
+    """Best continuation of each prompt (all prompts the same length).
+
+    Args:
+        body: a `beam_search_body` (or a recording of one).
+        state: a `DecodingState`: `token_ids` `(batch, buffer_length)` int32,
+            the prompts in `[:, :start_index]` and the pad id after;
+            `end_positions` `(batch,)`, of which the largest is the longest
+            total length; `stop_token_ids`; `start_index`, the length of
+            every prompt; `cache`, the model's cache for `batch · K` rows
+            (each prompt's rows consecutive) holding positions
+            `[0, start_index − 1)` (a position-addressed cache may hold
+            more); the first step feeds position `start_index − 1`; and the
+            `constants` the step takes. Its `prompt_mask` is not used.
+        options: `BeamOptions` (see the module docstring).
+
+    Returns:
+        `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
+        buffer_length)` (the pad id after its end) and its total length
+        `(batch,)`.
+    """
+    token_ids, stop_token_ids = state.token_ids, state.stop_token_ids
+    beams, early_stopping = options.num_beams, options.early_stopping
+    batch = ops.shape(token_ids)[0]
+    prompt_length = ops.cast(state.start_index, "int32")
+    max_length = ops.cast(ops.max(state.end_positions), "int32")
+    row_end_positions = ops.repeat(ops.cast(state.end_positions, "int32"), beams, axis=0)
+    fixed = (prompt_length, max_length, row_end_positions, stop_token_ids, tuple(state.constants))
+
+    def keep_going(index, running, running_scores, finished, finished_scores, finished_lengths,
+                   is_finished, improvable, all_ended, cache):
+        go = ops.logical_and(ops.any(improvable), ops.logical_not(all_ended))
+        if early_stopping is True:
+            go = ops.logical_and(go, ops.logical_not(ops.all(is_finished)))
+        return ops.logical_and(go, ops.less(index, max_length))
+
     running = ops.repeat(token_ids[:, None, :], beams, axis=1)
     running_scores = ops.concatenate(
         [ops.zeros((batch, 1)), ops.full((batch, beams - 1), _NEG)], axis=1
     )
-    state = (
+    loop_state = (
         prompt_length,
         running,
         running_scores,
@@ -180,8 +210,8 @@ def beam_search(step, state, options, process_log_probs=None):
         ops.zeros((batch, beams), dtype="bool"),
         ops.ones((batch, 1), dtype="bool"),
         ops.convert_to_tensor(False),
-        cache,
+        state.cache,
     )
-    state = ops.while_loop(keep_going, search_one, state)
-    finished, lengths = state[3][:, 0, :], state[5][:, 0]
+    loop_state = ops.while_loop(keep_going, lambda *loop_state: body(*loop_state, fixed), loop_state)
+    finished, lengths = loop_state[3][:, 0, :], loop_state[5][:, 0]
     return finished, lengths

@@ -23,6 +23,7 @@ in the second half of a BERT layer.
 import keras
 
 from attention_zoo_keras.layers.feed_forward import FeedForward
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.registration import register
@@ -109,7 +110,7 @@ class CoAttentionBlock(keras.layers.Layer):
             return keras.layers.Dropout(rate, dtype=self.dtype_policy, name=name)
 
         def layer_norm(name):
-            return keras.layers.LayerNormalization(
+            return LayerNormalization(
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name=name
             )
 

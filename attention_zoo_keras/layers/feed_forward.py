@@ -15,6 +15,7 @@ import numbers
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.registration import register
@@ -79,7 +80,7 @@ class FeedForward(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self._activation_fn = get_activation(activation)
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = Dense(
             intermediate_dim,
             kernel_initializer=clone_initializer(kernel_initializer),
             dtype=self.dtype_policy,
@@ -89,7 +90,7 @@ class FeedForward(keras.layers.Layer):
 
     def build(self, input_shape):
         self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             self.output_dim or input_shape[-1],
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,

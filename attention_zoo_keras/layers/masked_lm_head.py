@@ -13,6 +13,8 @@ from keras import ops
 
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.embedding_matrix import embedding_matrix
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 
 
@@ -42,13 +44,13 @@ class MaskedLMHead(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self._activation_fn = get_activation(activation)
         self.transform = None
-        self.transform_norm = keras.layers.LayerNormalization(
+        self.transform_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="transform_norm"
         )
 
     def build(self, sequence_output_shape, mask_positions_shape=None):
         hidden_dim = sequence_output_shape[-1]
-        self.transform = keras.layers.Dense(
+        self.transform = Dense(
             hidden_dim, kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy, name="transform",
         )

@@ -14,6 +14,7 @@ a key/value cache for softmax, the recurrent state `(S, z)` for linear.
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.attention.registry import call_options
@@ -122,7 +123,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.mechanism_weights = {}
 
     def _projection(self, units, name):
-        return keras.layers.Dense(
+        return Dense(
             units,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),

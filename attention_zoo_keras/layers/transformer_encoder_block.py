@@ -14,6 +14,7 @@ Architecture"), as in GPT-2 and ViT:
 
 import keras
 
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
@@ -100,7 +101,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.self_attention = None
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
+        return LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
     def _dropout(self, name):
         """Dropout on a residual branch."""

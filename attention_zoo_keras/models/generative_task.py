@@ -30,9 +30,11 @@ from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
 from attention_zoo_keras.generation.beam_search import BeamOptions
 from attention_zoo_keras.generation.beam_search import beam_search
+from attention_zoo_keras.generation.beam_search import beam_search_body
 from attention_zoo_keras.generation.decoding_rule import decoding_rule
 from attention_zoo_keras.generation.decoding_state import DecodingState
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
+from attention_zoo_keras.generation.in_place_decoding import sampling_body
 from attention_zoo_keras.generation.samplers import sampler_option_names
 from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.models.generation_request import GenerationRequest
@@ -250,11 +252,35 @@ class GenerativeTask(Task):
                 groups.append((rows, buffer_length))
         return groups
 
-    def _decoding_step(self):
+    def _decoding_step(self, recorded=True):
         """The function the decoding loop calls at every position,
         `step(token_column, cache, index, *constants) -> (logits, cache)`:
-        `_next_token_logits`, made cheap per call (`compile_step`)."""
+        `_next_token_logits`, made cheap per call (`compile_step`) if
+        `recorded`."""
+        if not recorded:
+            return self._next_token_logits
         return compile_step(self._next_token_logits, self.variables)
+
+    def _recorded_body(self, make_body):
+        """The decoding loop's body, `make_body(step)`, made cheap per call.
+
+        Under torch the whole body (the model's step, the sampler, the
+        buffer writes) is recorded once per input signature, compiled by
+        inductor after `compile(jit_compile=True)`, and on CUDA replayed as
+        one captured CUDA graph (`compile_step`), so a token costs one
+        launch rather than hundreds of Python-dispatched operations. A
+        body that branches on a tensor's value (the Reformer's first step,
+        a forced end token) cannot be recorded whole: it runs eagerly
+        around the recorded model step instead. Under JAX and TensorFlow
+        the loop is compiled whole anyway and this is `make_body(step)`.
+        """
+        return compile_step(
+            make_body(self._decoding_step(recorded=False)),
+            self.variables,
+            compile_program=self.jit_compile is True,
+            fallback=make_body(self._decoding_step()),
+            capture_cuda_graph=True,
+        )
 
     def _forget_compiled_functions(self):
         super()._forget_compiled_functions()
@@ -272,12 +298,13 @@ class GenerativeTask(Task):
         decoded with `sampler` (see `generation.decode_in_place`)."""
 
         def build():
-            step, process = self._decoding_step(), self._score_processor(request.rules)
+            process = self._score_processor(request.rules)
+            body = self._recorded_body(lambda step: sampling_body(step, sampler, request.pad_id, process))
 
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache, constants = self._start_decoding(inputs, token_ids, start_index, 1)
                 state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
-                return decode_in_place(step, state, sampler, uniforms, request.pad_id, process_logits=process)
+                return decode_in_place(body, state, uniforms)
 
             return run
 
@@ -310,12 +337,13 @@ class GenerativeTask(Task):
         prompt's result never depends on the others in the batch)."""
 
         def build():
-            step, process = self._decoding_step(), self._score_processor(request.rules)
+            process = self._score_processor(request.rules)
+            body = self._recorded_body(lambda step: beam_search_body(step, options, process_log_probs=process))
 
             def run(inputs, token_ids, end_positions, stop_ids, start_index):
                 cache, constants = self._start_decoding(inputs, token_ids, start_index, options.num_beams)
                 state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
-                return beam_search(step, state, options, process_log_probs=process)
+                return beam_search(body, state, options)
 
             return run
 

@@ -69,7 +69,7 @@ class TracedSteps:
             name, what = type(self).__name__, _STEP_NAMES[step_name]
 
             def announce(signature):
-                shapes = ", ".join(f"{dtype}{list(shape)}" for shape, dtype in signature[1])
+                shapes = ", ".join(f"{str(dtype).removeprefix('torch.')}{list(shape)}" for shape, dtype in signature[1])
                 logger.info("%s: recording %s for inputs %s (once per input shape).", name, what, shapes)
 
             recordings[step_name] = make(announce)

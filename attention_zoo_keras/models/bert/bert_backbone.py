@@ -9,6 +9,8 @@ Transformers for Language Understanding").
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -90,7 +92,7 @@ class BertBackbone(Backbone):
             num_segments, hidden_dim, embeddings_initializer=clone_initializer(initializer),
             dtype=dtype, name="segment_embedding",
         )
-        embeddings_norm = keras.layers.LayerNormalization(
+        embeddings_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
         )
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
@@ -111,7 +113,7 @@ class BertBackbone(Backbone):
             )
             for index in range(num_layers)
         ]
-        pooler = keras.layers.Dense(
+        pooler = Dense(
             hidden_dim, activation="tanh", kernel_initializer=clone_initializer(initializer),
             dtype=dtype, name="pooler",
         )

@@ -3,6 +3,7 @@ layer on the pooled `[CLS]` representation."""
 
 import keras
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.input_validation import check_class_labels
@@ -40,7 +41,7 @@ class BertTextClassifier(Task):
         inputs = backbone.input
         pooled = backbone(inputs)["pooled_output"]
         pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
-        logits = keras.layers.Dense(
+        logits = Dense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=backbone.dtype_policy,

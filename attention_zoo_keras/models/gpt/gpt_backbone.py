@@ -9,6 +9,7 @@ Learners"): a decoder-only, pre-norm Transformer.
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -117,7 +118,7 @@ class GPTBackbone(Backbone):
             )
             for index in range(num_layers)
         ]
-        final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        final_norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
 
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")

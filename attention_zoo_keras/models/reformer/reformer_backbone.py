@@ -29,6 +29,7 @@ from keras import ops
 
 from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.layers.axial_position_embedding import AxialPositionEmbedding
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.reversible import ReversibleSequence
@@ -328,7 +329,7 @@ class ReformerBackbone(Backbone):
             for index, name in enumerate(attention_layers)
         ]
         reversible = ReversibleSequence(blocks, recompute=recompute, seed=seed, dtype=dtype, name="reversible")
-        final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        final_norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
         output_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="output_dropout")
         cut_to_length = CutToLength(dtype=dtype, name="cut_to_length")
 

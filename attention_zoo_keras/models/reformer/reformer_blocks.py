@@ -18,6 +18,7 @@ import numpy as np
 from attention_zoo_keras.attention.lsh import DEFAULT_NUM_HASHES
 from attention_zoo_keras.attention.lsh import lsh_rotations_shape
 from attention_zoo_keras.layers.feed_forward import FeedForward
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
 from attention_zoo_keras.registration import register
@@ -85,7 +86,7 @@ class ReformerAttention(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.rotations = None
-        self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
         self.self_attention = MultiHeadAttention(
             num_heads=num_heads,
             head_dim=head_dim,
@@ -247,7 +248,7 @@ class ReformerFeedForward(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.chunk_size = chunk_size or None
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
         self.feed_forward = FeedForward(
             intermediate_dim,
             activation=activation,

@@ -30,6 +30,7 @@ import math
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 from attention_zoo_keras.models.generative_task import round_up
@@ -43,7 +44,7 @@ from attention_zoo_keras.registration import register
 def language_model_head(backbone):
     """The Dense layer `lm_head` (`2·d → vocabulary`, with bias) of the
     Reformer's language models (transformers' `ReformerOnlyLMHead`)."""
-    return keras.layers.Dense(
+    return Dense(
         backbone.vocabulary_size,
         kernel_initializer=keras.initializers.RandomNormal(stddev=backbone.initializer_range),
         dtype=backbone.dtype_policy,
@@ -174,11 +175,12 @@ class ReformerCausalLM(CausalLM):
         hidden, cache = self._decoder_pass(token_column, cache, index)
         return self.lm_head(hidden[:, 0, :]), cache
 
-    def _decoding_step(self):
+    def _decoding_step(self, recorded=True):
         """The loop's step: at the last prompt position, the prompt pass's
         logits (that position is in the caches already, as the full pass
-        computed it); after it, `_next_token_logits`."""
-        model_step = super()._decoding_step()
+        computed it); after it, `_next_token_logits` (recorded if
+        `recorded`)."""
+        model_step = super()._decoding_step(recorded)
 
         def step(token_column, cache, index, *constants):
             layer_caches, first_logits, first_index = cache

@@ -16,6 +16,7 @@ import logging
 
 import keras
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
@@ -78,7 +79,7 @@ class ReformerTextClassifier(Task):
         inputs = dict(backbone.input)
         first = backbone(inputs)["sequence_output"][:, 0, :]
         x = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_dropout")(first)
-        x = keras.layers.Dense(
+        x = Dense(
             backbone.hidden_dim,
             activation="tanh",
             kernel_initializer=keras.initializers.RandomNormal(stddev=initializer_range),
@@ -86,7 +87,7 @@ class ReformerTextClassifier(Task):
             name="classifier_dense",
         )(x)
         x = keras.layers.Dropout(dropout, dtype=dtype, name="classifier_hidden_dropout")(x)
-        logits = keras.layers.Dense(
+        logits = Dense(
             num_classes,
             kernel_initializer=keras.initializers.RandomNormal(stddev=initializer_range),
             dtype=dtype,

@@ -18,6 +18,7 @@ import types
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.sinusoidal_position_embedding import SinusoidalPositionEmbedding
@@ -153,7 +154,7 @@ class TransformerBackbone(Backbone):
             return SinusoidalPositionEmbedding(max_sequence_length, hidden_dim, layout=layout, dtype=dtype, name=name)
 
         def norm(name):
-            return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name) if final_norm else None
+            return LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name) if final_norm else None
 
         block_arguments = dict(
             num_heads=num_heads,

@@ -17,9 +17,9 @@ value and output projections; this block also owns `W_R`, the projection
 of the sinusoidal distance encodings to per-head position keys.
 """
 
-import keras
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.registration import register
@@ -77,7 +77,7 @@ class TransformerXLBlock(TransformerEncoderBlock):
             hidden_dim, "self_attention", self.attention, self.attention_options, use_bias=False
         )
         self.self_attention.build(x_shape)
-        self.position_projection = keras.layers.Dense(
+        self.position_projection = Dense(
             self.num_heads * self.self_attention.head_dim,
             use_bias=False,
             kernel_initializer=clone_initializer(self.kernel_initializer),

@@ -26,6 +26,8 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.co_attention import CoAttentionBlock
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -190,13 +192,13 @@ class ViLBERTBackbone(Backbone):
             )
 
         def dense(units, name, activation=None):
-            return keras.layers.Dense(
+            return Dense(
                 units, activation=activation, kernel_initializer=clone_initializer(initializer),
                 dtype=dtype, name=name,
             )
 
         def layer_norm(name):
-            return keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name)
+            return LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name)
 
         def encoder_block(heads, inner, act, rate, attention_rate, name):
             return TransformerEncoderBlock(

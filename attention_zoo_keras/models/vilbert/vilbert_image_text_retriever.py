@@ -18,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.hub.converters import copy_dense
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.input_validation import concrete_shape
@@ -113,7 +114,7 @@ class ViLBERTImageTextRetriever(Task):
         }
         pairs = {name: MergeCandidates(dtype=dtype, name=f"merge_{name}")(value) for name, value in inputs.items()}
         fused = fuse_pooled_outputs(backbone(pairs), fusion, dropout, dtype, name="retrieval")
-        scores = keras.layers.Dense(
+        scores = Dense(
             1, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="retrieval_score"
         )(fused)
         scores = SplitCandidates(dtype=dtype, name="retrieval_scores")(scores, inputs["token_ids"])

@@ -29,6 +29,8 @@ import numpy as np
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.layers.activations import get_activation
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
 from attention_zoo_keras.models.input_validation import check_class_labels
@@ -138,20 +140,20 @@ class ViLBERTPretrainer(Task):
         )
         token_logits = token_head(outputs["sequence_output"], inputs["mask_positions"])
 
-        region_hidden = keras.layers.Dense(
+        region_hidden = Dense(
             backbone.visual_hidden_dim, activation=get_activation(backbone.activation),
             kernel_initializer=clone_initializer(initializer), dtype=dtype, name="region_head_transform",
         )(outputs["visual_sequence_output"])
-        region_hidden = keras.layers.LayerNormalization(
+        region_hidden = LayerNormalization(
             epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="region_head_norm"
         )(region_hidden)
-        region_logits = keras.layers.Dense(
+        region_logits = Dense(
             num_region_classes, kernel_initializer=clone_initializer(initializer), dtype=dtype,
             name="region_logits",
         )(region_hidden)
 
         fused = fuse_pooled_outputs(outputs, fusion, dropout, dtype, name="alignment")
-        alignment_logits = keras.layers.Dense(
+        alignment_logits = Dense(
             2, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="alignment_logits",
         )(fused)
 

@@ -19,6 +19,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.hub.converters import copy_dense
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
@@ -107,7 +108,7 @@ class ViLBERTRegionScorer(Task):
         inputs = backbone.input
         visual = backbone(inputs)["visual_sequence_output"]
         visual = keras.layers.Dropout(dropout, dtype=dtype, name="region_dropout")(visual)
-        scores = keras.layers.Dense(
+        scores = Dense(
             1, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="region_score"
         )(visual)
         logits = MaskPaddedRegions(dtype=dtype, name="region_logits")(scores, inputs["region_mask"])

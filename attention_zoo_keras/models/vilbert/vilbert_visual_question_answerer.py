@@ -24,6 +24,8 @@ from keras import ops
 
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
@@ -118,14 +120,14 @@ class ViLBERTVisualQuestionAnswerer(Task):
 
         inputs = backbone.input
         fused = fuse_pooled_outputs(backbone(inputs), fusion, dropout, dtype, name="vqa")
-        hidden = keras.layers.Dense(
+        hidden = Dense(
             hidden_dim, activation="gelu", kernel_initializer=clone_initializer(initializer),
             dtype=dtype, name="vqa_hidden",
         )(fused)
-        hidden = keras.layers.LayerNormalization(
+        hidden = LayerNormalization(
             epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="vqa_hidden_norm"
         )(hidden)
-        logits = keras.layers.Dense(
+        logits = Dense(
             num_answers, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="vqa_logits",
         )(hidden)
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)

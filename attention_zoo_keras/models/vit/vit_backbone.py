@@ -14,6 +14,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
 from attention_zoo_keras.layers.patch_embedding import as_pair
@@ -179,10 +181,10 @@ class ViTBackbone(Backbone):
             )
             for index in range(num_layers)
         ]
-        final_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
+        final_norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
         pooler = None
         if use_pooler:
-            pooler = keras.layers.Dense(
+            pooler = Dense(
                 hidden_dim, activation="tanh", kernel_initializer=clone_initializer(initializer),
                 dtype=dtype, name="pooler",
             )

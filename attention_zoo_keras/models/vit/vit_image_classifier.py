@@ -9,6 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
@@ -72,7 +73,7 @@ class ViTImageClassifier(Task):
         sequence = backbone(inputs)["sequence_output"]
         pooled = sequence[:, 0, :] if pooling == "token" else ops.mean(sequence[:, 1:, :], axis=1)
         pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
-        logits = keras.layers.Dense(
+        logits = Dense(
             num_classes,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=backbone.dtype_policy,

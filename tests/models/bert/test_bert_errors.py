@@ -317,7 +317,7 @@ def test_config_naming_os_system_runs_nothing(backbone_preset, tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("class_name", ["Dense", "keras.layers.Dense", "keras_hub>BertBackbone"])
+@pytest.mark.parametrize("class_name", ["LSTM", "keras.layers.Dense", "keras_hub>BertBackbone"])
 def test_config_naming_a_keras_class_is_refused(backbone_preset, class_name):
     _edit_json(backbone_preset / "config.json", lambda c: c.__setitem__("class_name", class_name))
 

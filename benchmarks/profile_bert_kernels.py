@@ -1,0 +1,65 @@
+"""Which CUDA kernels a BERT-base forward runs, ours against transformers
+(torch backend, one GPU): the `torch.profiler` table of the kernels by total
+time for one forward of each, on the inputs of `bert_benchmark.py` (padded
+rows), so that a difference in time can be put on the kernels that make it.
+
+    KERAS_BACKEND=torch python benchmarks/profile_bert_kernels.py --seq-len 512 --dtype bfloat16
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bert_benchmark import BERT_BASE  # noqa: E402
+from bert_benchmark import make_inputs  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--rows", type=int, default=12, help="kernels listed per contender")
+    args = parser.parse_args()
+
+    import torch
+    import transformers
+
+    from attention_zoo_keras.models import BertBackbone
+
+    inputs = make_inputs(args.batch_size, args.seq_len, BERT_BASE["vocabulary_size"], no_padding=False)
+    ours = BertBackbone(**BERT_BASE, dtype=args.dtype)
+    ours_inputs = {name: torch.as_tensor(value, device="cuda") for name, value in inputs.items()}
+    config = transformers.BertConfig(
+        vocab_size=BERT_BASE["vocabulary_size"], hidden_size=BERT_BASE["hidden_dim"],
+        num_hidden_layers=BERT_BASE["num_layers"], num_attention_heads=BERT_BASE["num_heads"],
+        intermediate_size=BERT_BASE["intermediate_dim"], max_position_embeddings=BERT_BASE["max_sequence_length"],
+        attn_implementation="sdpa",
+    )
+    theirs = transformers.BertModel(config).to("cuda", getattr(torch, args.dtype)).eval()
+    their_inputs = {
+        "input_ids": ours_inputs["token_ids"].long(), "token_type_ids": ours_inputs["segment_ids"].long(),
+        "attention_mask": ours_inputs["padding_mask"].long(),
+    }
+    contenders = {
+        "ours (eager Keras call: the kernels its recorded replay runs)": lambda: ours(ours_inputs, training=False),
+        "transformers": lambda: theirs(**their_inputs),
+    }
+    for name, forward in contenders.items():
+        with torch.no_grad():
+            for _ in range(3):
+                forward()
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+                forward()
+                torch.cuda.synchronize()
+        events = [e for e in profile.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        total = sum(e.self_device_time_total for e in events)
+        print(f"\n## {name}: {sum(e.count for e in events)} kernel launches, {total / 1e3:.2f} ms of kernel time")
+        for event in sorted(events, key=lambda e: -e.self_device_time_total)[: args.rows]:
+            print(f"{event.self_device_time_total / 1e3:8.3f} ms  {event.count:5d}x  {event.key[:110]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The decoding loop's body (model step, sampler, buffer writes) is recorded
+whole on torch, once per input signature, and on CUDA replayed as one
+captured CUDA graph; a body that branches on a tensor's value runs its
+fallback instead of a frozen recording. The generated tokens are checked
+against greedy decoding by full forward passes, which no recording touches.
+
+The CUDA tests run only where torch sees a GPU (the device machine; see
+docs/benchmarks.md), not in CI, which has none."""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+import attention_zoo_keras as azk
+from attention_zoo_keras.backend_support import cuda_graphs
+from attention_zoo_keras.backend_support import recorded_steps
+from tests.support.tiny_models import tiny_gpt
+
+TORCH = keras.backend.backend() == "torch"
+
+
+def _cuda():
+    if not TORCH:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs torch with a CUDA GPU")
+
+PROMPTS = {
+    "token_ids": np.array([[5, 6, 7, 8, 0, 0], [9, 3, 2, 1, 4, 11]], dtype="int32"),
+    "padding_mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=bool),
+}
+
+
+def _tiny_lm():
+    keras.utils.set_random_seed(0)
+    return azk.models.GPTCausalLM(tiny_gpt(vocabulary_size=97, max_sequence_length=32), preprocessor=None)
+
+
+def _greedy_by_full_passes(lm, max_length):
+    """Greedy continuations of `PROMPTS`, one full eager forward pass per token."""
+    rows = []
+    for ids, mask in zip(PROMPTS["token_ids"], PROMPTS["padding_mask"]):
+        row = [int(i) for i in ids[mask]]
+        while len(row) < max_length:
+            logits = lm({"token_ids": np.array([row]), "padding_mask": np.ones((1, len(row)), bool)})
+            row.append(int(np.argmax(keras.ops.convert_to_numpy(logits)[0, -1])))
+        rows.append(row)
+    return rows
+
+
+def _count_calls(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_greedy_decoding_equals_full_passes_with_one_body_recording(monkeypatch):
+    lm = _tiny_lm()
+    traces = _count_calls(monkeypatch, recorded_steps, "_jit_trace")
+    expected = _greedy_by_full_passes(lm, 20)
+    for _ in range(3):
+        generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
+        assert [list(row[:20]) for row in generated] == expected
+    body_recordings = [call for call in traces if call.get("strict")]
+    assert len(body_recordings) == (1 if TORCH else 0)
+
+
+@pytest.mark.skipif(not TORCH, reason="recordings exist on torch only")
+def test_a_body_that_branches_on_a_value_runs_its_fallback(caplog):
+    import torch
+
+    def step(x):
+        return x * 2.0 if bool(torch.sum(x) > 0) else x - 1.0  # a trace would freeze one branch
+
+    fallback_calls = []
+
+    def fallback(x):
+        fallback_calls.append(x)
+        return step(x)
+
+    compiled = recorded_steps.compile_step(step, [], fallback=fallback)
+    with caplog.at_level(logging.INFO, logger="attention_zoo_keras"):
+        positive = compiled(torch.ones(3))
+    negative = compiled(-torch.ones(3))
+    np.testing.assert_array_equal(positive.cpu().numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(negative.cpu().numpy(), [-2.0, -2.0, -2.0])
+    assert len(fallback_calls) == 2
+    assert "not recorded whole" in caplog.text
+
+
+@pytest.mark.skipif(not TORCH, reason="recordings exist on torch only")
+def test_a_body_that_branches_on_shapes_only_is_recorded():
+    import torch
+
+    def step(x):
+        return x * 2.0 if x.shape[0] > 2 else x - 1.0
+
+    compiled = recorded_steps.compile_step(step, [], fallback=lambda x: pytest.fail("fell back"))
+    np.testing.assert_array_equal(compiled(torch.ones(3)).cpu().numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(compiled(torch.full((3,), 5.0)).cpu().numpy(), [10.0, 10.0, 10.0])
+    assert len(compiled.signatures) == 1
+
+
+@needs_cuda
+def test_cuda_greedy_decoding_replays_one_captured_graph(monkeypatch):
+    lm = _tiny_lm()
+    captures = _count_calls(monkeypatch, cuda_graphs, "GraphReplay")
+    expected = _greedy_by_full_passes(lm, 20)
+    for _ in range(3):
+        generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
+        assert [list(row[:20]) for row in generated] == expected
+    assert len(captures) == 1
+
+
+@needs_cuda
+@pytest.mark.parametrize("sampler", ["top_k", "top_p", "temperature"])
+def test_cuda_sampling_gives_the_uncaptured_tokens(monkeypatch, sampler):
+    lm = _tiny_lm()
+    captured = lm.generate(PROMPTS, max_length=24, sampler=sampler, seed=3, stop_token_ids=None)["token_ids"]
+    monkeypatch.setattr(recorded_steps, "captured_or_plain", lambda program, num_persistent, inputs: program)
+    lm = _tiny_lm()
+    plain = lm.generate(PROMPTS, max_length=24, sampler=sampler, seed=3, stop_token_ids=None)["token_ids"]
+    np.testing.assert_array_equal(captured, plain)
+
+
+@needs_cuda
+def test_graph_replay_returns_written_inputs_as_its_buffers_and_clones_the_rest():
+    import torch
+
+    weight = torch.arange(4.0, device="cuda")
+
+    def program(inputs):
+        weight, row, cache = inputs
+        cache.index_copy_(0, row, (weight * row.float())[None, :])
+        return [cache, cache.sum(dim=0)]
+
+    cache = torch.zeros(3, 4, device="cuda")
+    replay = cuda_graphs.GraphReplay(program, 1, [weight, torch.tensor([1], device="cuda"), cache])
+    cache_out, total = replay([weight, torch.tensor([2], device="cuda"), cache])
+    assert cache_out.data_ptr() != cache.data_ptr()  # the graph's own buffer, filled from `cache`
+    cache_again, total_again = replay([weight, torch.tensor([0], device="cuda"), cache_out])
+    assert cache_again.data_ptr() == cache_out.data_ptr()  # fed back: no copy
+    np.testing.assert_array_equal(total.cpu().numpy(), (2 * np.arange(4.0)).tolist())  # kept after the next call
+    np.testing.assert_array_equal(cache_again[2].cpu().numpy(), 2 * np.arange(4.0))
+    np.testing.assert_array_equal(cache_again[1].cpu().numpy(), np.zeros(4))  # the capture's writes were replaced
