@@ -26,6 +26,7 @@ importing this library under JAX or PyTorch never imports TensorFlow.
 
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
+from attention_zoo_keras.backend_support.compiled_decoding import apply_when
 from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
 from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
 from attention_zoo_keras.backend_support.compiled_decoding import materialize
@@ -50,6 +51,7 @@ from attention_zoo_keras.backend_support.variable_initialization import initiali
 from attention_zoo_keras.backend_support.variable_initialization import is_integer_dtype
 
 __all__ = [
+    "apply_when",
     "argsort_distinct",
     "backend_name",
     "batches_of_any_width",

@@ -6,6 +6,7 @@ them."""
 import keras
 
 from attention_zoo_keras.backend_support.environment import backend_name
+from attention_zoo_keras.backend_support.environment import is_concrete
 
 
 def write_rows(buffer, start, update):
@@ -49,6 +50,21 @@ def reorder_rows(buffer, rows):
             rows = keras.ops.convert_to_tensor(rows).long()
             return buffer.copy_(buffer.index_select(0, rows))
     return keras.ops.take(buffer, rows, axis=0)
+
+
+def apply_when(condition, function, x):
+    """`function(x)` if the scalar `condition` holds, else `x`; `function`
+    must return `x` unchanged whenever `condition` is false, so skipping it
+    only saves work (a decoding rule that applies at a row's last step).
+
+    The skip is `ops.cond` (XLA's conditional, or a Python branch in an
+    eager torch loop). While torch records a step (`recorded_steps`), a
+    branch on a value would be frozen into the recording, so `function(x)`
+    is computed unconditionally instead.
+    """
+    if backend_name() == "torch" and not is_concrete(x):
+        return function(x)
+    return keras.ops.cond(condition, lambda: function(x), lambda: x)
 
 
 def fill_columns(scores, columns, value):

@@ -26,7 +26,12 @@ Shapes and Python branches are baked into a recording, so a step must not
 branch on tensor values (`environment.is_concrete` is false while
 recording, so input checks that read values are left to run before the
 step); a decoding position is passed as a tensor so that one recording
-serves every step. The caller keeps signatures few (bucketed padding).
+serves every step. The caller keeps signatures few (bucketed padding). A
+caller that cannot promise this passes a `fallback`: the step is first run
+by `make_fx` on fake tensors, which fails on any read of a value, and a
+step that reads one runs the fallback for that signature. On CUDA a
+recording may also be replayed as one captured CUDA graph (`cuda_graphs`),
+as the decoding loop's body is.
 
 Two recorders, one per kind of step:
 

@@ -277,14 +277,45 @@ class GenerativeTask(Task):
         return compile_step(
             make_body(self._decoding_step(recorded=False)),
             self.variables,
+            on_new_signature=self._announcer("the decoding step"),
             compile_program=self.jit_compile is True,
             fallback=make_body(self._decoding_step()),
             capture_cuda_graph=True,
         )
 
+    def _recorded_start(self, num_beams):
+        """`_start_decoding` for `num_beams` rows per prompt, `start(inputs,
+        token_ids, start_index) -> (cache, constants)`: the prompt pass (or
+        the encoder) recorded once per input signature under torch, like
+        the loop's body (`_recorded_body`); a family whose pass branches on
+        a value runs it eagerly. Shared by every sampler's loop."""
+
+        def start(inputs, token_ids, start_index):
+            return self._start_decoding(inputs, token_ids, start_index, num_beams)
+
+        def build():
+            return compile_step(
+                start,
+                self.variables,
+                on_new_signature=self._announcer("the prompt pass"),
+                compile_program=self.jit_compile is True,
+                fallback=start,
+            )
+
+        functions = self.__dict__.setdefault("_generation_functions", {})
+        if ("start", num_beams) not in functions:
+            functions["start", num_beams] = build()
+        return functions["start", num_beams]
+
     def _forget_compiled_functions(self):
         super()._forget_compiled_functions()
         self.__dict__.pop("_generation_functions", None)
+
+    def compile(self, *args, **kwargs):
+        """`Task.compile`; the generation functions are made anew after it
+        (under torch they follow `jit_compile`)."""
+        self.__dict__.pop("_generation_functions", None)
+        super().compile(*args, **kwargs)
 
     def _compiled(self, key, build):
         """The compiled generation function for `key`, built once by `build()`."""
@@ -300,9 +331,10 @@ class GenerativeTask(Task):
         def build():
             process = self._score_processor(request.rules)
             body = self._recorded_body(lambda step: sampling_body(step, sampler, request.pad_id, process))
+            start = self._recorded_start(1)
 
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
-                cache, constants = self._start_decoding(inputs, token_ids, start_index, 1)
+                cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
                 return decode_in_place(body, state, uniforms)
 
@@ -339,9 +371,10 @@ class GenerativeTask(Task):
         def build():
             process = self._score_processor(request.rules)
             body = self._recorded_body(lambda step: beam_search_body(step, options, process_log_probs=process))
+            start = self._recorded_start(options.num_beams)
 
             def run(inputs, token_ids, end_positions, stop_ids, start_index):
-                cache, constants = self._start_decoding(inputs, token_ids, start_index, options.num_beams)
+                cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
                 return beam_search(body, state, options)
 

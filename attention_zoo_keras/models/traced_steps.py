@@ -66,14 +66,19 @@ class TracedSteps:
         use (kept out of Keras' attribute tracking)."""
         recordings = self.__dict__.setdefault("_traced_steps", {})
         if step_name not in recordings:
-            name, what = type(self).__name__, _STEP_NAMES[step_name]
-
-            def announce(signature):
-                shapes = ", ".join(f"{str(dtype).removeprefix('torch.')}{list(shape)}" for shape, dtype in signature[1])
-                logger.info("%s: recording %s for inputs %s (once per input shape).", name, what, shapes)
-
-            recordings[step_name] = make(announce)
+            recordings[step_name] = make(self._announcer(_STEP_NAMES[step_name]))
         return recordings[step_name]
+
+    def _announcer(self, what):
+        """A function of an input signature that logs, at INFO on the
+        `attention_zoo_keras` logger, that `what` is being recorded for it."""
+        name = type(self).__name__
+
+        def announce(signature):
+            shapes = ", ".join(f"{str(dtype).removeprefix('torch.')}{list(shape)}" for shape, dtype in signature[1])
+            logger.info("%s: recording %s for inputs %s (once per input shape).", name, what, shapes)
+
+        return announce
 
     def _forget_recordings(self, step_name):
         """Keras makes a step's function anew after `compile()` or when the

@@ -66,15 +66,15 @@ def _count_calls(monkeypatch, module, name):
     return calls
 
 
-def test_greedy_decoding_equals_full_passes_with_one_body_recording(monkeypatch):
+def test_greedy_decoding_equals_full_passes_with_one_recording_of_each_part(monkeypatch):
     lm = _tiny_lm()
     traces = _count_calls(monkeypatch, recorded_steps, "_jit_trace")
     expected = _greedy_by_full_passes(lm, 20)
     for _ in range(3):
         generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
         assert [list(row[:20]) for row in generated] == expected
-    body_recordings = [call for call in traces if call.get("strict")]
-    assert len(body_recordings) == (1 if TORCH else 0)
+    whole_recordings = [call for call in traces if call.get("strict")]  # the prompt pass and the loop's body
+    assert len(whole_recordings) == (2 if TORCH else 0)
 
 
 @pytest.mark.skipif(not TORCH, reason="recordings exist on torch only")
@@ -155,3 +155,56 @@ def test_graph_replay_returns_written_inputs_as_its_buffers_and_clones_the_rest(
     np.testing.assert_array_equal(total.cpu().numpy(), (2 * np.arange(4.0)).tolist())  # kept after the next call
     np.testing.assert_array_equal(cache_again[2].cpu().numpy(), 2 * np.arange(4.0))
     np.testing.assert_array_equal(cache_again[1].cpu().numpy(), np.zeros(4))  # the capture's writes were replaced
+
+
+def _prompts(batch=2, length=4, vocabulary=20):
+    return np.arange(5, 5 + batch * length, dtype="int32").reshape(batch, length) % vocabulary + 3
+
+
+def _generative_families():
+    """`{name: () -> (task, prompts, generate options)}`, tiny, one per
+    generative family (and linear attention's recurrent cache)."""
+    causal = dict(max_new_tokens=6, stop_token_ids=None)
+    return {
+        "gpt": lambda: (azk.models.GPTCausalLM(tiny_gpt(vocabulary_size=97, max_sequence_length=32),
+                                               preprocessor=None), PROMPTS, causal),
+        "gpt_linear_attention": lambda: (
+            azk.models.GPTCausalLM(tiny_gpt(attention="linear", attention_dropout=0.0, vocabulary_size=97,
+                                            max_sequence_length=32), preprocessor=None), PROMPTS, causal),
+        "transformer_xl": lambda: (
+            azk.models.TransformerXLCausalLM(azk.models.TransformerXLBackbone(
+                vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8, head_dim=4, intermediate_dim=16,
+                mem_len=8, cutoffs=[10, 20], div_val=2, dropout=0.0)),
+            {"token_ids": _prompts()}, causal),
+        "reformer": lambda: (
+            azk.models.ReformerCausalLM(azk.models.ReformerBackbone(
+                vocabulary_size=40, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
+                attention_layers=["local", "lsh"], num_hashes=1, num_buckets=2, lsh_chunk_length=4,
+                local_chunk_length=4, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4), dropout=0.0,
+                local_attention_dropout=0.0, lsh_attention_dropout=0.0, seed=1), preprocessor=None),
+            {"token_ids": _prompts()}, causal),
+        "seq2seq": lambda: (
+            azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
+                vocabulary_size=30, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
+                intermediate_dim=16, max_sequence_length=16, dropout=0.0, attention_dropout=0.0)),
+            {"encoder_token_ids": _prompts(length=5), "encoder_padding_mask": np.ones((2, 5), "int32")},
+            dict(max_length=8, decoder_start_token_id=1, stop_token_ids=None)),
+    }
+
+
+@pytest.mark.skipif(not TORCH, reason="only torch records: JAX and TensorFlow compile the whole loop either way")
+@pytest.mark.parametrize("family", sorted(_generative_families()))
+@pytest.mark.parametrize("decoding", [{}, {"sampler": "top_p", "p": 0.9, "seed": 3}, {"num_beams": 2}],
+                         ids=["greedy", "top_p", "beam"])
+def test_every_family_generates_the_tokens_of_its_eager_loop(monkeypatch, family, decoding):
+    keras.utils.set_random_seed(0)
+    lm, prompts, options = _generative_families()[family]()
+    recorded = [lm.generate(prompts, **options, **decoding)["token_ids"] for _ in range(2)]  # records, replays
+    monkeypatch.setattr(azk.models.generative_task.GenerativeTask, "_recorded_body",
+                        lambda self, make_body: make_body(self._decoding_step(recorded=False)))
+    monkeypatch.setattr(azk.models.generative_task.GenerativeTask, "_recorded_start",
+                        lambda self, beams: lambda inputs, ids, start: self._start_decoding(inputs, ids, start, beams))
+    lm.__dict__.pop("_generation_functions", None)
+    eager = lm.generate(prompts, **options, **decoding)["token_ids"]
+    for tokens in recorded:
+        np.testing.assert_array_equal(tokens, eager)

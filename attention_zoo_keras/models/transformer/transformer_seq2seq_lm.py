@@ -278,11 +278,11 @@ class TransformerSeq2SeqLM(GenerativeTask):
         if forced_id >= 0:
             last = ops.equal(index + 1, end_positions - 1)[:, None]
 
-            def forced_end():
+            def forced_end(scores):
                 vocabulary = ops.arange(ops.shape(scores)[-1])
                 forced = ops.where(vocabulary == forced_id, 0.0, _NEG)[None, :]
                 return ops.where(last, ops.cast(forced, scores.dtype), scores)
 
             # Only the last step of a row forces; the other steps skip the pass over every score.
-            scores = ops.cond(ops.any(last), forced_end, lambda: scores)
+            scores = backend_support.apply_when(ops.any(last), forced_end, scores)
         return scores
