@@ -1,7 +1,7 @@
 """Decoding loops made cheap on each backend: compiled whole (JAX,
-TensorFlow) or run without gradient tracking around a recorded step
-(torch, see `recorded_steps`), and the in-place buffer writes that go with
-them."""
+TensorFlow) or run without gradient tracking around a recorded body
+(torch, see `recorded_steps`), and the in-place buffer writes and
+branch-free rules that go with them."""
 
 import keras
 
@@ -16,9 +16,11 @@ def write_rows(buffer, start, update):
     dynamic-update-slice (XLA updates a loop-carried buffer in place). Under
     torch with gradient tracking off (generation runs under
     `torch.no_grad()`), the write is in place and `buffer` itself is
-    returned: a key/value cache has a single owner, and Keras' functional
-    `slice_update` would copy the whole cache at every decoding step. With
-    gradients on, torch takes the functional path too.
+    returned: a key/value cache, like a decoding loop's token buffer, has a
+    single owner, and Keras' functional `slice_update` would copy it whole
+    at every decoding step (and, with a Python slice, freeze the position
+    into a recording). With gradients on, torch takes the functional path
+    too.
     """
     if backend_name() == "torch":
         import torch
@@ -99,7 +101,7 @@ def compile_inference(function, variables):
       back onto the variables with a `keras.StatelessScope`.
     * TensorFlow: a `tf.function` compiled by XLA (`jit_compile=True`).
     * torch: eager under `torch.no_grad()` (so cache writes happen in place,
-      see `write_rows`); wrap the per-token model call in `compile_step`.
+      see `write_rows`); the loop's body is recorded by `compile_step`.
 
     Each backend retraces for new input shapes; callers keep shapes few by
     rounding buffer lengths up.

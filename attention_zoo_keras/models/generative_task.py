@@ -15,9 +15,15 @@ A family fills these hooks:
   constants)`, inside the compiled program: the cache after the prompt (for
   `num_beams` rows per prompt) and what every step takes.
 - `_next_token_logits(token_column, cache, index, *constants)` → `(logits,
-  cache)`: one decoding step (`_decoding_step` compiles it).
+  cache)`: one decoding step (recorded with the loop's body under torch,
+  `_recorded_body`).
 - optionally `_score_processor(rules)`: a function applied to each step's
   scores (suppressed tokens, a forced end token).
+
+The step and the score processor should not branch on a tensor's value
+(`backend_support.apply_when` skips work without one): under torch a body
+that does cannot be recorded whole and runs eagerly around the recorded
+model step.
 """
 
 import inspect

@@ -164,10 +164,12 @@ def test_config_round_trip():
 
 
 def test_default_initializer_is_transformers_standard_normal():
+    keras.utils.set_random_seed(0)
     layer = AxialPositionEmbedding((64, 64), (16, 16))
     layer.build()
     values = np.concatenate([numpy(w).ravel() for w in layer.weights])
-    assert abs(values.std() - 1.0) < 0.05 and abs(values.mean()) < 0.05
+    # 2048 draws: the standard errors of the mean and the std are 0.022 and 0.016; bounds at 5 of them.
+    assert abs(values.std() - 1.0) < 0.08 and abs(values.mean()) < 0.11
 
 
 @pytest.mark.parametrize(
