@@ -39,15 +39,17 @@ def reorder_rows(buffer, rows):
     """`buffer[rows]` (rows along the first axis), as beam search reorders
     its caches at every step.
 
-    Under torch with gradient tracking off the result is written back into
-    `buffer` itself (a cache has a single owner), so that a loop replayed
-    from a CUDA graph keeps reading and writing the same memory instead of
-    copying a new cache into it at every step. Elsewhere it is a `take`.
+    Under torch on CUDA with gradient tracking off the result is written
+    back into `buffer` itself (a cache has a single owner), so that a loop
+    replayed from a CUDA graph keeps reading and writing the same memory
+    instead of cloning a new cache out of the graph and copying it back in
+    at every step. Elsewhere it is a `take`: one pass over the cache rather
+    than two (on a CPU, beam-4 Marian translation ran 15 % slower in place).
     """
     if backend_name() == "torch":
         import torch
 
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and keras.ops.convert_to_tensor(buffer).is_cuda:
             buffer = keras.ops.convert_to_tensor(buffer).contiguous()
             rows = keras.ops.convert_to_tensor(rows).long()
             return buffer.copy_(buffer.index_select(0, rows))
