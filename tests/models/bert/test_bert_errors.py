@@ -536,7 +536,7 @@ def test_saving_over_a_regular_file_is_refused(tmp_path, model):
     target = tmp_path / "not_a_directory"
     target.write_text("precious")
 
-    with pytest.raises(NotADirectoryError, match=rf"Cannot save a preset to '.*not_a_directory': it is a file"):
+    with pytest.raises(NotADirectoryError, match=r"Cannot save a preset to '.*not_a_directory': it is a file"):
         model().save_to_preset(target)
 
     assert target.read_text() == "precious"
