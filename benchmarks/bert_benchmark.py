@@ -113,7 +113,10 @@ import traceback
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import apply_backend_threads  # noqa: E402
+from timing import choose_torch_device  # noqa: E402
 from timing import cpu_model  # noqa: E402
+from timing import device_description  # noqa: E402
+from timing import device_synchronizer  # noqa: E402
 from timing import fmt_ms  # noqa: E402
 from timing import limit_threads  # noqa: E402
 from timing import paired_ratio  # noqa: E402
@@ -185,52 +188,6 @@ def parse_args(argv=None):
     parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
-
-
-def choose_torch_device(requested):
-    """The torch device of the run: `requested`, or for `"auto"` CUDA when
-    torch sees a GPU (else the CPU). Exported as `KERAS_TORCH_DEVICE`, so
-    that Keras' torch backend puts its variables and tensors there too: call
-    before importing Keras. (Other backends ignore the variable.)"""
-    try:
-        import torch
-
-        cuda = torch.cuda.is_available()
-    except ImportError:
-        cuda = False
-    if requested == "auto":
-        requested = "cuda" if cuda else "cpu"
-    elif requested == "cuda" and not cuda:
-        raise SystemExit("--device cuda: torch sees no CUDA device")
-    os.environ["KERAS_TORCH_DEVICE"] = requested
-    return requested
-
-
-def device_synchronizer(backend, device):
-    """A function that waits for the device's queued work: `torch.cuda.synchronize`
-    for torch on CUDA; elsewhere nothing (numpy outputs wait already)."""
-    if backend == "torch" and device == "cuda":
-        import torch
-
-        return torch.cuda.synchronize
-    return lambda: None
-
-
-def device_description(backend, device):
-    """The device the models run on, for the header."""
-    if backend == "torch":
-        import torch
-
-        if device == "cuda":
-            precision = torch.get_float32_matmul_precision()
-            return f"{torch.cuda.get_device_name()} (torch cuda; float32 matmul precision '{precision}')"
-        return f"cpu (torch): {cpu_model()}"
-    if backend == "jax":
-        import jax
-
-        first = jax.devices()[0]
-        return f"{first.platform} (jax): {first.device_kind}"
-    return f"{backend}'s default device"
 
 
 def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
@@ -340,15 +297,9 @@ def check_loss(logs):
 # --------------------------------------------------------------------------- transformers
 
 
-def transformers_step(inputs, config, mode, dtype, device, outputs, compiled=False):
-    """`(model, step, description, optimizer name)` of `transformers`'
-    BertModel in `mode` on `device`: eval + `torch.no_grad()` inference
-    (in bfloat16 weights for `--dtype bfloat16`; `torch.compile`d forward
-    with `compiled`; outputs converted to numpy as `predict_on_batch` does,
-    or left on the device), or a manual training step (float32 weights,
-    under bfloat16 autocast for `--dtype bfloat16`)."""
-    import keras
-    import torch
+def transformers_bert(config):
+    """`transformers.BertModel` of the shape `config` names (random weights,
+    dropout 0.1, sdpa attention)."""
     import transformers
 
     hf_config = transformers.BertConfig(
@@ -366,8 +317,29 @@ def transformers_step(inputs, config, mode, dtype, device, outputs, compiled=Fal
     hf_config._attn_implementation = "sdpa"
     model = transformers.BertModel(hf_config)
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    return model
+
+
+def transformers_inputs(inputs, device):
+    """`make_inputs`' arrays as `transformers`' int64 keyword arguments on `device`."""
+    import torch
+
     names = {"input_ids": "token_ids", "token_type_ids": "segment_ids", "attention_mask": "padding_mask"}
-    torch_inputs = {name: torch.from_numpy(inputs[ours]).long().to(device) for name, ours in names.items()}
+    return {name: torch.from_numpy(inputs[ours]).long().to(device) for name, ours in names.items()}
+
+
+def transformers_step(inputs, config, mode, dtype, device, outputs, compiled=False):
+    """`(model, step, description, optimizer name)` of `transformers`'
+    BertModel in `mode` on `device`: eval + `torch.no_grad()` inference
+    (in bfloat16 weights for `--dtype bfloat16`; `torch.compile`d forward
+    with `compiled`; outputs converted to numpy as `predict_on_batch` does,
+    or left on the device), or a manual training step (float32 weights,
+    under bfloat16 autocast for `--dtype bfloat16`)."""
+    import keras
+    import torch
+
+    model = transformers_bert(config)
+    torch_inputs = transformers_inputs(inputs, device)
     bfloat16 = dtype == "bfloat16"
 
     if mode == "inference":

@@ -95,7 +95,10 @@ import traceback
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import apply_backend_threads  # noqa: E402
+from timing import choose_torch_device  # noqa: E402
 from timing import cpu_model  # noqa: E402
+from timing import device_description  # noqa: E402
+from timing import device_synchronizer  # noqa: E402
 from timing import limit_threads  # noqa: E402
 from timing import paired_ratio  # noqa: E402
 from timing import versions  # noqa: E402
@@ -186,52 +189,6 @@ def parse_args(argv=None):
     if config["hidden_dim"] % config["num_heads"]:
         parser.error(f"--hidden-dim {config['hidden_dim']} is not a multiple of --num-heads {config['num_heads']}")
     return args
-
-
-def choose_torch_device(requested):
-    """The torch device of the run: `requested`, or for `"auto"` CUDA when
-    torch sees a GPU (else the CPU). Exported as `KERAS_TORCH_DEVICE`, so
-    that Keras' torch backend puts its variables and tensors there too: call
-    before importing Keras. (Other backends ignore the variable.)"""
-    try:
-        import torch
-
-        cuda = torch.cuda.is_available()
-    except ImportError:
-        cuda = False
-    if requested == "auto":
-        requested = "cuda" if cuda else "cpu"
-    elif requested == "cuda" and not cuda:
-        raise SystemExit("--device cuda: torch sees no CUDA device")
-    os.environ["KERAS_TORCH_DEVICE"] = requested
-    return requested
-
-
-def device_synchronizer(backend, device):
-    """A function that waits for the device's queued work: `torch.cuda.synchronize`
-    for torch on CUDA; elsewhere nothing (numpy outputs wait already)."""
-    if backend == "torch" and device == "cuda":
-        import torch
-
-        return torch.cuda.synchronize
-    return lambda: None
-
-
-def device_description(backend, device):
-    """The device the models run on, for the header."""
-    if backend == "torch":
-        import torch
-
-        if device == "cuda":
-            precision = torch.get_float32_matmul_precision()
-            return f"{torch.cuda.get_device_name()} (torch cuda; float32 matmul precision '{precision}')"
-        return f"cpu (torch): {cpu_model()}"
-    if backend == "jax":
-        import jax
-
-        first = jax.devices()[0]
-        return f"{first.platform} (jax): {first.device_kind}"
-    return f"{backend}'s default device"
 
 
 def is_gpt2_small(config):

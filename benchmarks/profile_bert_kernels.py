@@ -13,6 +13,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bert_benchmark import BERT_BASE  # noqa: E402
 from bert_benchmark import make_inputs  # noqa: E402
+from bert_benchmark import transformers_bert  # noqa: E402
+from bert_benchmark import transformers_inputs  # noqa: E402
 
 
 def main():
@@ -24,24 +26,14 @@ def main():
     args = parser.parse_args()
 
     import torch
-    import transformers
 
     from attention_zoo_keras.models import BertBackbone
 
     inputs = make_inputs(args.batch_size, args.seq_len, BERT_BASE["vocabulary_size"], no_padding=False)
     ours = BertBackbone(**BERT_BASE, dtype=args.dtype)
     ours_inputs = {name: torch.as_tensor(value, device="cuda") for name, value in inputs.items()}
-    config = transformers.BertConfig(
-        vocab_size=BERT_BASE["vocabulary_size"], hidden_size=BERT_BASE["hidden_dim"],
-        num_hidden_layers=BERT_BASE["num_layers"], num_attention_heads=BERT_BASE["num_heads"],
-        intermediate_size=BERT_BASE["intermediate_dim"], max_position_embeddings=BERT_BASE["max_sequence_length"],
-        attn_implementation="sdpa",
-    )
-    theirs = transformers.BertModel(config).to("cuda", getattr(torch, args.dtype)).eval()
-    their_inputs = {
-        "input_ids": ours_inputs["token_ids"].long(), "token_type_ids": ours_inputs["segment_ids"].long(),
-        "attention_mask": ours_inputs["padding_mask"].long(),
-    }
+    theirs = transformers_bert(BERT_BASE).to("cuda", getattr(torch, args.dtype)).eval()
+    their_inputs = transformers_inputs(inputs, "cuda")
     contenders = {
         "ours (eager Keras call: the kernels its recorded replay runs)": lambda: ours(ours_inputs, training=False),
         "transformers": lambda: theirs(**their_inputs),

@@ -1,10 +1,12 @@
 """Helpers shared by the benchmark scripts: thread limits, machine and
-version reports, load averages, peak-memory counters and ratio/format
-helpers.
+version reports, the torch device of a run (and waiting for it), load
+averages, peak-memory counters and ratio/format helpers.
 
 Only the standard library is imported at module level, so a script can
 import this before it sets the thread environment variables and only then
-imports numpy, Keras and the backends (`limit_threads` must run first).
+imports numpy, Keras and the backends (`limit_threads` and
+`choose_torch_device` must run first; the backends are imported inside the
+functions that need them).
 """
 
 import ctypes
@@ -138,3 +140,49 @@ def peak_rss():
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def choose_torch_device(requested):
+    """The torch device of the run: `requested`, or for `"auto"` CUDA when
+    torch sees a GPU (else the CPU). Exported as `KERAS_TORCH_DEVICE`, so
+    that Keras' torch backend puts its variables and tensors there too: call
+    before importing Keras. (Other backends ignore the variable.)"""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if requested == "auto":
+        requested = "cuda" if cuda else "cpu"
+    elif requested == "cuda" and not cuda:
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    os.environ["KERAS_TORCH_DEVICE"] = requested
+    return requested
+
+
+def device_synchronizer(backend, device):
+    """A function that waits for the device's queued work: `torch.cuda.synchronize`
+    for torch on CUDA; elsewhere nothing (numpy outputs wait already)."""
+    if backend == "torch" and device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def device_description(backend, device):
+    """The device the models run on, for the header."""
+    if backend == "torch":
+        import torch
+
+        if device == "cuda":
+            precision = torch.get_float32_matmul_precision()
+            return f"{torch.cuda.get_device_name()} (torch cuda; float32 matmul precision '{precision}')"
+        return f"cpu (torch): {cpu_model()}"
+    if backend == "jax":
+        import jax
+
+        first = jax.devices()[0]
+        return f"{first.platform} (jax): {first.device_kind}"
+    return f"{backend}'s default device"
