@@ -49,8 +49,9 @@ def reorder_rows(buffer, rows):
     if backend_name() == "torch":
         import torch
 
-        if not torch.is_grad_enabled() and keras.ops.convert_to_tensor(buffer).is_cuda:
-            buffer = keras.ops.convert_to_tensor(buffer).contiguous()
+        buffer = keras.ops.convert_to_tensor(buffer)
+        if not torch.is_grad_enabled() and buffer.is_cuda:
+            buffer = buffer.contiguous()
             rows = keras.ops.convert_to_tensor(rows).long()
             return buffer.copy_(buffer.index_select(0, rows))
     return keras.ops.take(buffer, rows, axis=0)

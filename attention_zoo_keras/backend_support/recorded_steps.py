@@ -115,7 +115,7 @@ def compile_step(
                 program = _make_fx(whole, nesting, variables, 0, flat_args, True, capture)
                 return None if program is None else lambda flat_args: program(flat_args)[0]
             return _jit_trace(step, nesting, variables, flat_args, strict=fallback is not None, capture=capture)
-        except Exception as refusal:  # with a fallback: `make_fx` refuses a step that reads values
+        except Exception as refusal:  # with a fallback: `make_fx` (strict) refuses a step that reads values
             if fallback is None:
                 raise
             reason = (str(refusal).splitlines() or [type(refusal).__name__])[0]
@@ -276,31 +276,18 @@ def _assign(variables, assigned, values):
         variables[index].assign(value)
 
 
-class _ReadsValues(Exception):
-    """A strict recording read a tensor's value into Python."""
-
-
-def _check_reads_no_values(function, inputs):
-    """Raises `_ReadsValues` if `function(*inputs)` reads a tensor's value
-    into Python. `torch.jit.trace` only warns when a value becomes a Python
-    bool or number, and warns alike for shapes, which it traces as tensors;
-    a `make_fx` run on fake tensors (shapes and dtypes, nothing computed)
-    has concrete shapes and fails on any value read."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    try:
-        make_fx(function, tracing_mode="fake")(*inputs)
-    except Exception as error:
-        raise _ReadsValues((str(error).splitlines() or [type(error).__name__])[0]) from error
-
-
 def _jit_trace(step, nesting, variables, flat_args, strict=False, capture=False):
-    """`step` on the arguments `nesting.unflatten(flat_args)` recorded by `torch.jit.trace`; returns the replay
-    (from a CUDA graph if `capture`), or `None` if `step` draws random
-    numbers. With `strict`, raises `_ReadsValues` if `step` reads a
-    tensor's value into Python (torch's tracer warns "Converting a tensor
-    to a Python boolean/index/…")."""
+    """`step` on the arguments `nesting.unflatten(flat_args)` recorded by
+    `torch.jit.trace`; returns the replay (from a CUDA graph if `capture`),
+    or `None` if `step` draws random numbers.
+
+    With `strict`, `step` is first run by `make_fx` on fake tensors (shapes
+    and dtypes, nothing computed), which raises if `step` reads a tensor's
+    value into Python: `torch.jit.trace` only warns then, and warns alike
+    for shapes, which it traces as tensors.
+    """
     import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     flat_step = _stateless(step, nesting, variables)
     recorded = {}
@@ -313,7 +300,7 @@ def _jit_trace(step, nesting, variables, flat_args, strict=False, capture=False)
 
     weights = [variable.value.detach() for variable in variables]
     if strict:
-        _check_reads_no_values(traced_function, [*weights, *flat_args])
+        make_fx(traced_function, tracing_mode="fake")(*weights, *flat_args)
     with warnings.catch_warnings():
         # Shapes and Python constants are baked into the trace by design
         # (one trace per signature); the API is deprecated.

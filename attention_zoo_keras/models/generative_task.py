@@ -299,19 +299,16 @@ class GenerativeTask(Task):
         def start(inputs, token_ids, start_index):
             return self._start_decoding(inputs, token_ids, start_index, num_beams)
 
-        def build():
-            return compile_step(
+        return self._generation_function(
+            ("start", num_beams),
+            lambda: compile_step(
                 start,
                 self.variables,
                 on_new_signature=self._announcer("the prompt pass"),
                 compile_program=self.jit_compile is True,
                 fallback=start,
-            )
-
-        functions = self.__dict__.setdefault("_generation_functions", {})
-        if ("start", num_beams) not in functions:
-            functions["start", num_beams] = build()
-        return functions["start", num_beams]
+            ),
+        )
 
     def _forget_compiled_functions(self):
         super()._forget_compiled_functions()
@@ -323,12 +320,17 @@ class GenerativeTask(Task):
         self.__dict__.pop("_generation_functions", None)
         super().compile(*args, **kwargs)
 
-    def _compiled(self, key, build):
-        """The compiled generation function for `key`, built once by `build()`."""
+    def _generation_function(self, key, build):
+        """The generation function for `key`, built once by `build()` (and
+        forgotten with the compiled functions, or by `compile()`)."""
         functions = self.__dict__.setdefault("_generation_functions", {})
         if key not in functions:
-            functions[key] = compile_inference(build(), self.variables)
+            functions[key] = build()
         return functions[key]
+
+    def _compiled(self, key, build):
+        """The compiled generation function for `key`, built once by `build()`."""
+        return self._generation_function(key, lambda: compile_inference(build(), self.variables))
 
     def _sample_generate(self, request, sampler, seed):
         """`(token_ids, valid)` numpy `(batch, buffer_length)`: the request

@@ -54,6 +54,15 @@ def _greedy_by_full_passes(lm, max_length):
     return rows
 
 
+def _generate_greedily_three_times(lm):
+    """Three `generate` calls of one shape (a recording, then replays), each
+    checked against greedy decoding by full forward passes."""
+    expected = _greedy_by_full_passes(lm, 20)
+    for _ in range(3):
+        generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
+        assert [list(row[:20]) for row in generated] == expected
+
+
 def _count_calls(monkeypatch, module, name):
     calls = []
     original = getattr(module, name)
@@ -69,10 +78,7 @@ def _count_calls(monkeypatch, module, name):
 def test_greedy_decoding_equals_full_passes_with_one_recording_of_each_part(monkeypatch):
     lm = _tiny_lm()
     traces = _count_calls(monkeypatch, recorded_steps, "_jit_trace")
-    expected = _greedy_by_full_passes(lm, 20)
-    for _ in range(3):
-        generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
-        assert [list(row[:20]) for row in generated] == expected
+    _generate_greedily_three_times(lm)
     whole_recordings = [call for call in traces if call.get("strict")]  # the prompt pass and the loop's body
     assert len(whole_recordings) == (2 if TORCH else 0)
 
@@ -117,10 +123,7 @@ def test_a_body_that_branches_on_shapes_only_is_recorded():
 def test_cuda_greedy_decoding_replays_one_captured_graph(monkeypatch):
     lm = _tiny_lm()
     captures = _count_calls(monkeypatch, cuda_graphs, "GraphReplay")
-    expected = _greedy_by_full_passes(lm, 20)
-    for _ in range(3):
-        generated = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
-        assert [list(row[:20]) for row in generated] == expected
+    _generate_greedily_three_times(lm)
     assert len(captures) == 1
 
 
