@@ -92,6 +92,10 @@ for it. Reported: the median and the minimum of the wall times
 (``time.process_time``). The ratio columns are other / ours, above 1 meaning
 ours is faster: of the medians, of the minima, and "paired", the median over
 rounds of each round's ratio, which is the one to trust on a busy machine.
+Beside them, the achieved model FLOP/s, the step's model FLOPs
+(``bert_forward_flops``; a training step counts 3x the forward) over the
+median time, and the MFU, that over the device's peak FLOP/s for the
+precision (``peak_flops``; ``timing.PEAK_RATES``, or ``--peak-tflops``).
 
 Example::
 
@@ -118,8 +122,10 @@ from timing import cpu_model  # noqa: E402
 from timing import device_description  # noqa: E402
 from timing import device_synchronizer  # noqa: E402
 from timing import fmt_ms  # noqa: E402
+from timing import fmt_percent  # noqa: E402
 from timing import limit_threads  # noqa: E402
 from timing import paired_ratio  # noqa: E402
+from timing import peak_rates  # noqa: E402
 from timing import versions  # noqa: E402
 
 BERT_BASE = dict(
@@ -186,8 +192,55 @@ def parse_args(argv=None):
     )
     parser.add_argument("--small", action="store_true", help="a 4-layer, 128-wide encoder instead of BERT-base")
     parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide smoke test of the script")
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None,
+        help="peak TFLOP/s the MFU column divides by, instead of the device's in timing.PEAK_RATES "
+        "(without either, as on CPUs, MFU is '-')",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
+
+
+def bert_forward_flops(config, batch_size, seq_len):
+    """Model FLOPs of one forward pass of the encoder `config` describes over
+    `batch_size` x `seq_len` tokens, padded positions included (every
+    position is computed): per layer and token, 2 * (4 d^2 + 2 d d_ff) for the
+    matmuls of the query, key, value and output projections and of the
+    feed-forward block, plus 4 S d for the attention scores (Q K^T) and their
+    weighted sum of the values (d = hidden_dim, d_ff = intermediate_dim, S =
+    seq_len). Left out: the embeddings (lookups), the pooler (one d x d
+    matmul per row, under 0.1% at S = 128), biases, layer norms, softmax and
+    activations."""
+    d, d_ff = config["hidden_dim"], config["intermediate_dim"]
+    per_token = 2 * (4 * d * d + 2 * d * d_ff) + 4 * seq_len * d
+    return config["num_layers"] * batch_size * seq_len * per_token
+
+
+def peak_flops(args, backend, description):
+    """`(FLOP/s, where it comes from)`: the peak the MFU column divides by.
+    `--peak-tflops` where given; else the `PEAK_RATES` entry of the device
+    (`description`) for the precision: its bf16 peak for `--dtype bfloat16`
+    (bfloat16 inference and mixed-bfloat16 training compute in bfloat16); for
+    float32 its TF32 peak where float32 matmuls may run in TF32 (JAX on a
+    GPU by default; torch unless `torch.get_float32_matmul_precision()` is
+    'highest'), else its plain float32 peak. `(None, ...)` where the table
+    has no entry (CPUs)."""
+    if args.peak_tflops is not None:
+        return args.peak_tflops * 1e12, "--peak-tflops"
+    rates = peak_rates(description)
+    if rates is None:
+        return None, "no peak known for this device; --peak-tflops sets one"
+    if args.dtype == "bfloat16":
+        kind = "bf16"
+    elif backend == "torch":
+        import torch
+
+        kind = "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    else:  # JAX (TensorFlow's device has no entry)
+        import jax
+
+        kind = "fp32" if jax.config.jax_default_matmul_precision in ("highest", "float32") else "tf32"
+    return rates[kind], f"the device's dense {kind} peak in timing.PEAK_RATES"
 
 
 def make_inputs(batch_size, seq_len, vocabulary_size, no_padding, seed=0):
@@ -451,8 +504,14 @@ def main(argv=None):
     keras_inputs = keras_data(inputs, config, backend, device)
     size = "TINY smoke test" if args.tiny else "small (4 layers, 128 wide)" if args.small else "BERT-base"
     precision = "float32" if args.dtype == "float32" else "bfloat16 (inference), mixed bfloat16 (training)"
+    description = device_description(backend, device)
+    peak, peak_source = peak_flops(args, backend, description)
+    # Model FLOPs of a step: a training step (forward and backward) counts 3x the forward.
+    forward_flops = bert_forward_flops(config, args.batch_size, args.seq_len)
+    step_flops = {mode: forward_flops * (3 if mode == "training" else 1) for mode in modes}
     print(f"# {size} benchmark, backend={label}, {precision}")
-    print(f"device: {device_description(backend, device)}")
+    print(f"device: {description}")
+    print(f"peak for MFU: {f'{peak / 1e12:g} TFLOP/s' if peak else '-'} ({peak_source})")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
     print(
@@ -540,9 +599,12 @@ def main(argv=None):
             entry["median_s"] = statistics.median(entry["times_s"])
             entry["min_s"] = min(entry["times_s"])
             entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+            entry["tflops"] = step_flops[mode] / entry["median_s"] / 1e12
+            entry["mfu"] = entry["tflops"] * 1e12 / peak if peak else None
             print(
                 f"[{name}] {mode:9s} median {entry['median_s'] * 1e3:.1f} ms, min {entry['min_s'] * 1e3:.1f} ms, "
-                f"median process CPU {entry['cpu_median_s'] * 1e3:.1f} ms over {len(entry['times_s'])}; "
+                f"median process CPU {entry['cpu_median_s'] * 1e3:.1f} ms over {len(entry['times_s'])}, "
+                f"{entry['tflops']:.3g} TFLOP/s (MFU {fmt_percent(entry['mfu'])}); "
                 f"all: {', '.join(f'{t * 1e3:.0f}' for t in entry['times_s'])}"
             )
         sys.stdout.flush()
@@ -557,7 +619,10 @@ def main(argv=None):
         f"\n## {label}: batch {args.batch_size}, seq_len {args.seq_len}, {precision}, "
         f"median of {args.repeats} (ms per step)\n"
     )
-    columns = ("first call s", "median ms", "min ms", "CPU ms", "ratio (median)", "ratio (min)", "ratio (paired)")
+    columns = (
+        "first call s", "median ms", "min ms", "CPU ms", "ratio (median)", "ratio (min)", "ratio (paired)",
+        "TFLOP/s", "MFU",
+    )
     print("| contender | " + " | ".join(f"{m} {c}" for m in modes for c in columns) + " |")
     print("|" + "---|" * (1 + len(columns) * len(modes)))
     for name, entry in results.items():
@@ -580,6 +645,7 @@ def main(argv=None):
                 cells.append(f"{e['paired_ratio']:.2f}")
             else:
                 cells += ["-", "-", "-"]
+            cells += [f"{e['tflops']:.3g}", fmt_percent(e["mfu"])]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(
         "\nfirst call s = the first call alone (compilation, recording, warm-up), not in the other columns."
@@ -587,6 +653,12 @@ def main(argv=None):
         "\nover rounds of the per-round ratio (the contenders run back to back in each round, so this one"
         "\ncancels load that changes between rounds). CPU ms = median process CPU time (all threads"
         + ("; on CUDA it includes the wait for the device)." if device == "cuda" and backend == "torch" else ").")
+        + "\nTFLOP/s = model FLOPs of the step / median time: per layer and token 2 (4 d^2 + 2 d d_ff) + 4 S d"
+        "\n(the matmuls; padded positions counted, embeddings, pooler, norms and softmax left out), a training"
+        "\nstep 3x the forward: "
+        + ", ".join(f"{mode} {flops / 1e12:.3g} TFLOP per step" for mode, flops in step_flops.items())
+        + ".\nMFU = TFLOP/s / peak"
+        + (f" ({peak / 1e12:g} TFLOP/s, {peak_source})." if peak else f": '-', {peak_source}.")
     )
     optimizers = [f"{name}: {entry['training']['optimizer']}" for name, entry in results.items()
                   if "optimizer" in entry.get("training", {})]
@@ -598,7 +670,7 @@ def main(argv=None):
         payload = {
             "backend": backend,
             "label": label,
-            "device": device_description(backend, device),
+            "device": description,
             "dtype": args.dtype,
             "cpu": cpu_model(),
             "threads": args.threads,
@@ -610,6 +682,9 @@ def main(argv=None):
             "jit_compile": args.jit_compile,
             "outputs": args.outputs,
             "padding": not args.no_padding,
+            "model_flops": step_flops,
+            "peak_flops": peak,
+            "peak_source": peak_source,
             "load_average_end": os.getloadavg(),
             "results": results,
         }

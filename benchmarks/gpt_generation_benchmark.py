@@ -69,7 +69,11 @@ warm-up), the median and the minimum wall time of one ``generate`` call
 median process CPU time (on CUDA it includes the host's wait for the
 device), and the ratio other / ours of the times (above 1 meaning ours is
 faster): of the medians, of the minima, and "paired", the median over rounds
-of each round's ratio, the one to trust on a busy machine. The contenders are
+of each round's ratio, the one to trust on a busy machine; and the achieved
+memory bandwidth of decoding, the bytes a decoding step reads
+(``decoding_bytes_per_step``) over the time per step (the median time / N),
+in GB/s and as a share of the device's peak (``timing.PEAK_RATES``, or
+``--peak-bandwidth-gbs``). The contenders are
 built once; for each batch size each is warmed up, then the ``--repeats``
 timed calls are interleaved round-robin (rotating who goes first) so that
 other load on the machine weighs on every contender alike.
@@ -99,8 +103,10 @@ from timing import choose_torch_device  # noqa: E402
 from timing import cpu_model  # noqa: E402
 from timing import device_description  # noqa: E402
 from timing import device_synchronizer  # noqa: E402
+from timing import fmt_percent  # noqa: E402
 from timing import limit_threads  # noqa: E402
 from timing import paired_ratio  # noqa: E402
+from timing import peak_rates  # noqa: E402
 from timing import versions  # noqa: E402
 
 GPT2_SMALL = dict(
@@ -118,6 +124,7 @@ CONTENDERS = ("ours", "ours_compiled", "keras_hub", "transformers", "transformer
 # A generated token passes the greedy check if its logit is within this of the
 # row's largest (relative to the largest's magnitude, floored at 1).
 GREEDY_TOLERANCE = 1e-3
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2}
 
 
 def parse_args(argv=None):
@@ -164,6 +171,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--no-greedy-check", action="store_true", help="skip the full-forward greedy check")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompts")
+    parser.add_argument(
+        "--peak-bandwidth-gbs", type=float, default=None,
+        help="peak memory bandwidth (GB/s) the bandwidth share divides by, instead of the device's in "
+        "timing.PEAK_RATES (without either, as on CPUs, it is '-')",
+    )
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     config = dict(TINY if args.tiny else GPT2_SMALL)
@@ -193,6 +205,31 @@ def parse_args(argv=None):
 
 def is_gpt2_small(config):
     return config == GPT2_SMALL
+
+
+def decoding_bytes_per_step(params, config, batch_size, prompt_len, new_tokens, dtype):
+    """Bytes one decoding step reads: every weight once (`params` elements,
+    the token embedding included, which the tied LM head reads each step;
+    the position table is counted whole, though a step reads one row of it)
+    plus the key/value cache that attention reads, 2 * num_layers * batch *
+    attended length * hidden_dim elements, at the average attended length
+    over the new tokens, prompt_len + new_tokens / 2; elements of `dtype`.
+    A cache read to its full preallocated length (as a static cache may be)
+    reads more than this."""
+    cache = 2 * config["num_layers"] * batch_size * (prompt_len + new_tokens / 2) * config["hidden_dim"]
+    return (params + cache) * BYTES_PER_ELEMENT[dtype]
+
+
+def peak_bandwidth(args, description):
+    """`(bytes/s, where it comes from)`: `--peak-bandwidth-gbs` where given,
+    else the `PEAK_RATES` entry of the device (`description`), else
+    `(None, ...)` (CPUs)."""
+    if args.peak_bandwidth_gbs is not None:
+        return args.peak_bandwidth_gbs * 1e9, "--peak-bandwidth-gbs"
+    rates = peak_rates(description)
+    if rates is None:
+        return None, "no peak known for this device; --peak-bandwidth-gbs sets one"
+    return rates["bandwidth"], "the device's in timing.PEAK_RATES"
 
 
 def make_prompts(batch_size, prompt_len, vocabulary_size, seed=0):
@@ -412,7 +449,10 @@ def main(argv=None):
     print(
         "model: " + ", ".join(f"{k} {v}" for k, v in config.items()) + "; dropout 0, random weights"
     )
-    print(f"device: {device_description(backend, device)}")
+    description = device_description(backend, device)
+    peak, peak_source = peak_bandwidth(args, description)
+    print(f"device: {description}")
+    print(f"peak memory bandwidth: {f'{peak / 1e9:g} GB/s' if peak else '-'} ({peak_source})")
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
     print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
     print(
@@ -533,9 +573,19 @@ def main(argv=None):
             entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
             entry["tokens_per_s_median"] = expected / entry["median_s"]
             entry["tokens_per_s_best"] = expected / entry["min_s"]
+            step_bytes = decoding_bytes_per_step(
+                results[name]["params"], config, batch_size, prompt_len, new_tokens, args.dtype
+            )
+            bandwidth = step_bytes / (entry["median_s"] / new_tokens)
+            entry.update(
+                decode_bytes_per_step=step_bytes,
+                decode_gb_per_s=bandwidth / 1e9,
+                decode_bandwidth_of_peak=bandwidth / peak if peak else None,
+            )
             print(
                 f"[{name}] batch {batch_size}: median {entry['median_s']:.3f} s "
-                f"({entry['tokens_per_s_median']:.1f} new tok/s), min {entry['min_s']:.3f} s, "
+                f"({entry['tokens_per_s_median']:.1f} new tok/s, decoding {entry['decode_gb_per_s']:.3g} GB/s = "
+                f"{fmt_percent(entry['decode_bandwidth_of_peak'])} of peak), min {entry['min_s']:.3f} s, "
                 f"median process CPU {entry['cpu_median_s']:.3f} s over {len(entry['times_s'])}; "
                 f"all: {', '.join(f'{t:.3f}' for t in entry['times_s'])}"
             )
@@ -550,6 +600,7 @@ def main(argv=None):
     columns = (
         "first call s", "median s", "min s", "CPU s", "new tok/s (median)", "new tok/s (best)",
         "ratio (median)", "ratio (min)", "ratio (paired)", "greedy check (argmax / checked)",
+        "decode GB/s", "% of peak GB/s",
     )
     print("| contender | batch | " + " | ".join(columns) + " |")
     print("|" + "---|" * (2 + len(columns)))
@@ -573,6 +624,7 @@ def main(argv=None):
                 cells += ["-", "-", "-"]
             greedy = e.get("greedy_check")
             cells.append(f"{greedy['checked'] - greedy['mismatches']} / {greedy['checked']}" if greedy else "-")
+            cells += [f"{e['decode_gb_per_s']:.3g}", fmt_percent(e["decode_bandwidth_of_peak"])]
             print(f"| {name} | {batch_size} | " + " | ".join(cells) + " |")
     print(
         "\nfirst call s = the first generate call of the batch size alone (compilation, recording, warm-up)."
@@ -582,6 +634,13 @@ def main(argv=None):
         "\neach round, so this one cancels load that changes between rounds). CPU s = median process"
         "\nCPU time (all threads"
         + ("; on CUDA it includes the wait for the device)." if device == "cuda" and backend == "torch" else ").")
+        + f"\ndecode GB/s = bytes a decoding step reads / time per step: the weights once (parameters x "
+        f"{BYTES_PER_ELEMENT[args.dtype]} bytes,"
+        "\nthe tied token embedding included) + the key/value cache at the average attended length prompt +"
+        "\nnew tokens / 2 (2 x layers x batch x length x hidden x bytes); time per step = median time / new"
+        "\ntokens, which includes the prompt pass, so this slightly understates the decoding bandwidth."
+        + "\n% of peak GB/s"
+        + (f" = of {peak / 1e9:g} GB/s ({peak_source})." if peak else f": '-', {peak_source}.")
     )
     print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -589,7 +648,7 @@ def main(argv=None):
         payload = {
             "backend": backend,
             "label": label,
-            "device": device_description(backend, device),
+            "device": description,
             "dtype": args.dtype,
             "cpu": cpu_model(),
             "threads": args.threads,
@@ -602,6 +661,8 @@ def main(argv=None):
             "repeats": args.repeats,
             "warmup": args.warmup,
             "jit_compile": args.jit_compile,
+            "peak_bandwidth_bytes_per_s": peak,
+            "peak_bandwidth_source": peak_source,
             "load_average_end": os.getloadavg(),
             "results": results,
         }

@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts: thread limits, machine and
 version reports, the torch device of a run (and waiting for it), load
-averages, peak-memory counters and ratio/format helpers.
+averages, peak-memory counters, the peak rates of the GPUs we benchmark on
+(for MFU and bandwidth utilization) and ratio/format helpers.
 
 Only the standard library is imported at module level, so a script can
 import this before it sets the thread environment variables and only then
@@ -101,6 +102,12 @@ def fmt_ms(seconds):
     return f"{seconds * 1e3:10.1f}"
 
 
+def fmt_percent(fraction):
+    """A fraction (of a peak) as a percentage with one decimal; "-" for None
+    (no peak known)."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}%"
+
+
 def _status_bytes(field):
     """A `kB` field of /proc/self/status (VmRSS, VmHWM) in bytes."""
     with open("/proc/self/status") as f:
@@ -186,3 +193,27 @@ def device_description(backend, device):
         first = jax.devices()[0]
         return f"{first.platform} (jax): {first.device_kind}"
     return f"{backend}'s default device"
+
+
+# Peak rates of the GPUs we benchmark on, from NVIDIA's data sheets (dense, no
+# sparsity): matmul FLOP/s with bfloat16 inputs, with float32 inputs rounded to
+# TF32 on the tensor cores, and in plain float32 (no TF32), and the memory (HBM)
+# bandwidth in bytes/s. Keyed by a part of the device name that torch
+# (`torch.cuda.get_device_name()`) and JAX (`device_kind`) report, as
+# `device_description` prints it; `peak_rates` looks the key up there.
+PEAK_RATES = {
+    # H100 SXM
+    "H100 80GB HBM3": dict(bf16=989e12, tf32=494.7e12, fp32=66.9e12, bandwidth=3.35e12),
+    # H200 SXM: the H100 SXM's compute with faster HBM3e (an "H200 NVL" matches too;
+    # its compute peaks are lower)
+    "H200": dict(bf16=989e12, tf32=494.7e12, fp32=66.9e12, bandwidth=4.8e12),
+    "H100 PCIe": dict(bf16=756e12, tf32=378e12, fp32=51.2e12, bandwidth=2.0e12),
+    "A100-SXM4-80GB": dict(bf16=312e12, tf32=156e12, fp32=19.5e12, bandwidth=2.039e12),
+}
+
+
+def peak_rates(description):
+    """The `PEAK_RATES` entry whose key occurs in `description` (a
+    `device_description`), or None: CPUs, GPUs not in the table, and
+    TensorFlow (whose device the description does not name)."""
+    return next((rates for name, rates in PEAK_RATES.items() if name in description), None)
