@@ -16,24 +16,37 @@ def fused_adam_update():
     where the backend has none to offer (JAX, TensorFlow: XLA fuses).
 
     The returned function takes `(variables, grads, momentums, velocities,
-    learning_rate, step, beta_1, beta_2, epsilon)`: lists of backend tensors
-    (updated in place; all of one dtype and device), Python floats, and
-    `step` the 1-based step count (`t` below). It computes Keras' Adam (Kingma & Ba, 2015, with ε added
-    to `√v` before the bias correction, as in the paper's §2 "ε̂"):
+    step_size, beta_1, beta_2, epsilon)`: lists of backend tensors (updated
+    in place; all of one dtype and device), `step_size` a scalar tensor on
+    their device, and Python floats. It computes
 
         m ← β₁m + (1 − β₁)g,   v ← β₂v + (1 − β₂)g²
-        θ ← θ − α·√(1 − β₂ᵗ)/(1 − β₁ᵗ) · m / (√v + ε)
+        θ ← θ − step_size · m / (√v + ε)
 
-    torch's kernel adds ε after the bias correction, `√v / √(1 − β₂ᵗ) + ε′`,
-    so it is given `ε′ = ε / √(1 − β₂ᵗ)`, which makes the two equal.
+    which is Keras' Adam (Kingma & Ba, 2015, with ε added to `√v` before
+    the bias correction, the paper's §2 "ε̂") for `step_size = α·√(1 − β₂ᵗ)
+    / (1 − β₁ᵗ)`, computed by the caller on the device from the step count
+    `t`. torch's kernel corrects the bias itself from a step count, and adds
+    ε after that correction; it is given a count so large that `β^count`
+    underflows to 0 and both corrections are exactly 1. So no value is read
+    to the host (a read would wait for the GPU at every step), and ε stays
+    where Keras puts it.
     """
     return _torch_fused_adam if backend_name() == "torch" else None
 
 
-def _torch_fused_adam(variables, grads, momentums, velocities, learning_rate, step, beta_1, beta_2, epsilon):
+# A step count at which torch's kernel corrects nothing: β^count is 0 for any
+# β < 1 − 1e-15, so 1 − β^count is exactly 1.
+_UNCORRECTED_STEP = 2.0**60
+_uncorrected_steps = {}  # device -> the count as a float32 tensor on it
+
+
+def _torch_fused_adam(variables, grads, momentums, velocities, step_size, beta_1, beta_2, epsilon):
     import torch
 
-    bias_correction_2 = 1.0 - beta_2**step
+    device = variables[0].device
+    if device not in _uncorrected_steps:
+        _uncorrected_steps[device] = torch.tensor(_UNCORRECTED_STEP, dtype=torch.float32, device=device)
     # The kernel walks a weight and its gradient element by element in
     # memory order, so both must be laid out alike (autograd's `.grad`
     # is; a gradient from a recorded backward pass may be a transposed view).
@@ -41,10 +54,9 @@ def _torch_fused_adam(variables, grads, momentums, velocities, learning_rate, st
         grad if grad.stride() == weight.stride() else torch.empty_like(weight, dtype=grad.dtype).copy_(grad)
         for weight, grad in zip(variables, grads)
     ]
-    steps = [torch.tensor(float(step), device=variables[0].device)] * len(variables)
     with torch.no_grad():  # the variables are leaves that require gradients
         torch._fused_adam_(
-            variables, grads, momentums, velocities, [], steps,
-            lr=learning_rate, beta1=beta_1, beta2=beta_2, weight_decay=0.0, eps=epsilon / bias_correction_2**0.5,
-            amsgrad=False, maximize=False,
+            variables, grads, momentums, velocities, [], [_uncorrected_steps[device]] * len(variables),
+            lr=step_size.to(device=device, dtype=torch.float32), beta1=beta_1, beta2=beta_2, weight_decay=0.0,
+            eps=epsilon, amsgrad=False, maximize=False,
         )

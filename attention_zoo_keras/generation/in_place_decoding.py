@@ -11,7 +11,8 @@ writes position `t`:
                 = pad                            otherwise
 
 A row stops after it emits a stop token or reaches its end position; the
-loop stops when every row has (or at the buffer's end). Each position from
+loop stops when every row has (or at the buffer's end); steps run past
+that point write pad ids over pad ids. Each position from
 `start_index − 1` on is fed to the model exactly once, so a cache that is
 not position-addressed (a recurrent state) must hold exactly the positions
 before `start_index − 1`. Everything is
@@ -24,6 +25,7 @@ position (`backend_support.compile_step`).
 
 from keras import ops
 
+from attention_zoo_keras.backend_support import decoding_while_loop
 from attention_zoo_keras.backend_support import write_rows
 
 
@@ -95,9 +97,12 @@ def decode_in_place(body, state, uniforms):
 
     start_index = ops.cast(state.start_index, "int32")
     done = ops.less_equal(end_positions, start_index)
-    _, token_ids, valid, _, _ = ops.while_loop(
+    # Once every row is done a step writes pad ids over pad ids: running
+    # past the end changes nothing (see `decoding_while_loop`).
+    _, token_ids, valid, _, _ = decoding_while_loop(
         keep_going,
         lambda *loop_state: body(*loop_state, fixed),
         (start_index, token_ids, ops.copy(state.prompt_mask), done, state.cache),
+        max_steps=buffer_length - start_index,
     )
     return token_ids, valid

@@ -34,11 +34,20 @@ class FusedAdamStep:
             [keras.ops.convert_to_tensor(grad) for grad in grads],
             [self._momentums[index(variable)].value for variable in trainable_variables],
             [self._velocities[index(variable)].value for variable in trainable_variables],
-            float(keras.ops.convert_to_numpy(learning_rate)),
-            int(keras.ops.convert_to_numpy(self.iterations)) + 1,
+            self._step_size(learning_rate),
             float(self.beta_1),
             float(self.beta_2),
             float(self.epsilon),
+        )
+
+    def _step_size(self, learning_rate):
+        """`α·√(1 − β₂ᵗ) / (1 − β₁ᵗ)` at step `t = iterations + 1`, as Keras'
+        Adam computes it, left on the device."""
+        ops = keras.ops
+        step = ops.cast(self.iterations + 1, "float32")
+        learning_rate = ops.cast(learning_rate, "float32")
+        return learning_rate * ops.sqrt(1.0 - ops.power(float(self.beta_2), step)) / (
+            1.0 - ops.power(float(self.beta_1), step)
         )
 
 

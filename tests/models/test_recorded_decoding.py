@@ -14,22 +14,15 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.backend_support import compiled_decoding
 from attention_zoo_keras.backend_support import cuda_graphs
 from attention_zoo_keras.backend_support import recorded_steps
+from attention_zoo_keras.generation import beam_search
+from tests.support.devices import needs_cuda
 from tests.support.tiny_models import tiny_gpt
 
 TORCH = keras.backend.backend() == "torch"
 
-
-def _cuda():
-    if not TORCH:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-needs_cuda = pytest.mark.skipif(not _cuda(), reason="needs torch with a CUDA GPU")
 
 PROMPTS = {
     "token_ids": np.array([[5, 6, 7, 8, 0, 0], [9, 3, 2, 1, 4, 11]], dtype="int32"),
@@ -119,6 +112,30 @@ def test_a_body_that_branches_on_shapes_only_is_recorded():
     assert len(compiled.signatures) == 1
 
 
+@pytest.mark.skipif(not TORCH, reason="JAX and TensorFlow test the condition inside the compiled loop")
+@pytest.mark.parametrize("sampler", ["greedy", "top_k"])
+def test_testing_the_stop_condition_every_few_steps_gives_the_same_tokens(monkeypatch, sampler):
+    """On CUDA the loop tests whether every row is done only every few
+    steps and runs on past the end; here, on a CPU, it is made to."""
+    lm = _tiny_lm()
+    options = dict(max_length=24, sampler=sampler, seed=3)
+    unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)["token_ids"]
+    stop_id = int(unstopped[0, 14])  # row 0 stops at its first one; row 1 at its own, or at the end
+    expected = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
+    assert expected["padding_mask"][0].sum() <= 15  # row 0 did stop early
+    tests = []
+
+    def every_third_step(loop_vars):
+        tests.append(loop_vars)
+        return 3
+
+    monkeypatch.setattr(compiled_decoding, "_steps_between_tests", every_third_step)
+    chunked = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
+    assert tests  # the chunked loop ran
+    np.testing.assert_array_equal(chunked["token_ids"], expected["token_ids"])
+    np.testing.assert_array_equal(chunked["padding_mask"], expected["padding_mask"])
+
+
 @needs_cuda
 def test_cuda_greedy_decoding_replays_one_captured_graph(monkeypatch):
     lm = _tiny_lm()
@@ -135,6 +152,32 @@ def test_cuda_sampling_gives_the_uncaptured_tokens(monkeypatch, sampler):
     monkeypatch.setattr(recorded_steps, "captured_or_plain", lambda program, num_persistent, inputs: program)
     lm = _tiny_lm()
     plain = lm.generate(PROMPTS, max_length=24, sampler=sampler, seed=3, stop_token_ids=None)["token_ids"]
+    np.testing.assert_array_equal(captured, plain)
+
+
+@needs_cuda
+def test_cuda_compiled_generation_gives_the_same_tokens_at_every_call_and_batch_size():
+    """`compile(jit_compile=True)`: the loop's body compiled by inductor and
+    captured; two batch sizes (two programs), three calls each."""
+    lm = _tiny_lm()
+    expected = lm.generate(PROMPTS, max_length=20, stop_token_ids=None)["token_ids"]
+    lm.compile(jit_compile=True)
+    for rows in (2, 1, 2, 1, 2, 1):
+        prompts = {name: value[:rows] for name, value in PROMPTS.items()}
+        generated = lm.generate(prompts, max_length=20, stop_token_ids=None)["token_ids"]
+        np.testing.assert_array_equal(generated, expected[:rows])
+
+
+@needs_cuda
+def test_cuda_beam_search_reordering_caches_in_place_gives_the_tokens_of_a_take(monkeypatch):
+    """On CUDA the beams' caches are reordered in place inside the captured
+    graph; the tokens must be those of the functional reordering, uncaptured."""
+    lm = _tiny_lm()
+    captured = lm.generate(PROMPTS, max_length=20, num_beams=3, stop_token_ids=None)["token_ids"]
+    monkeypatch.setattr(recorded_steps, "captured_or_plain", lambda program, num_persistent, inputs: program)
+    monkeypatch.setattr(beam_search, "reorder_rows", lambda buffer, rows: keras.ops.take(buffer, rows, axis=0))
+    lm = _tiny_lm()
+    plain = lm.generate(PROMPTS, max_length=20, num_beams=3, stop_token_ids=None)["token_ids"]
     np.testing.assert_array_equal(captured, plain)
 
 

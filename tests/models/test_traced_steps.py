@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.backend_support import cuda_graphs
+from tests.support.devices import needs_cuda
 from tests.support.tiny_models import random_ids
 from tests.support.tiny_models import rng
 from tests.support.tiny_models import task_cases
@@ -93,6 +95,28 @@ def test_evaluate_computes_the_loss_of_the_eager_outputs():
     expected = np.mean(np.log(np.exp(logits).sum(axis=-1)) - logits[np.arange(8), labels])
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     assert _recorded(model, "test") == (1 if TORCH else 0)
+
+
+@needs_cuda
+def test_cuda_predict_and_evaluate_replay_one_captured_graph_each(monkeypatch):
+    """On CUDA each recorded step is replayed as a captured CUDA graph; the
+    graph's outputs are copies, so each batch's predictions survive the next."""
+    captures = []
+    original = cuda_graphs.GraphReplay
+    monkeypatch.setattr(cuda_graphs, "GraphReplay", lambda *args: captures.append(args) or original(*args))
+    keras.utils.set_random_seed(0)
+    model = azk.models.BertTextClassifier(tiny_bert(), num_classes=3, dropout=0.0)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, labels = text_features(12, 8), np.arange(12) % 3
+    for _ in range(2):
+        _assert_close(model.predict(x, batch_size=4, verbose=0), _eager(model, x, 4))  # three batches of one shape
+    assert len(captures) == 1
+    loss = model.evaluate(x, labels, batch_size=4, verbose=0, return_dict=True)["loss"]
+    logits = _eager(model, x, 4)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    expected = np.mean(np.log(np.exp(logits).sum(axis=-1)) - logits[np.arange(12), labels])
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    assert len(captures) == 2
 
 
 def test_transformer_xl_stream_memory_is_carried_between_replayed_batches():

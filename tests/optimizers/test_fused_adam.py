@@ -75,3 +75,31 @@ def test_gradients_laid_out_unlike_their_weights_update_the_right_elements():
             optimizer.apply([transposed], [weight])
         results.append(keras.ops.convert_to_numpy(weight))
     np.testing.assert_allclose(results[0], results[1], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's fused kernel")
+@pytest.mark.parametrize("learning_rate", [0.01, TransformerSchedule(8, warmup_steps=4)], ids=["constant", "schedule"])
+def test_a_torch_update_reads_no_value_to_the_host(monkeypatch, learning_rate):
+    """On a GPU a value read into Python waits for every queued kernel; the
+    step count and the learning rate stay on the device."""
+    import torch
+
+    weight = keras.Variable(np.ones((3, 4), "float32"))
+    optimizer = FusedAdam(learning_rate)
+    optimizer.build([weight])
+    gradient = keras.ops.ones((3, 4))
+    optimizer.apply([gradient], [weight])  # Keras' first call may look at values while it sets up
+
+    def refuse(*args):
+        raise AssertionError("a tensor's value was read to the host")
+
+    for reader in ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, reader, refuse)
+    optimizer.apply([gradient], [weight])
+    monkeypatch.undo()
+    reference = keras.optimizers.Adam(learning_rate)
+    expected = keras.Variable(np.ones((3, 4), "float32"))
+    reference.build([expected])
+    for _ in range(2):
+        reference.apply([gradient], [expected])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(expected), rtol=1e-6)
