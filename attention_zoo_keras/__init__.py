@@ -20,4 +20,6 @@ from attention_zoo_keras import tokenizers
 from attention_zoo_keras import training
 from attention_zoo_keras.hub.catalog import list_presets
 from attention_zoo_keras.hub.upload import upload_preset
+from attention_zoo_keras.layers.attention_maps import attention_maps
+from attention_zoo_keras.plotting import plot_attention
 from attention_zoo_keras.version import __version__

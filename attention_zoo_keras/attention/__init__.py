@@ -2,7 +2,8 @@
 
 Besides the mechanisms: `registry.py` (mechanisms and their decoding by
 name), `decoding.py` (the decoding protocol and the key/value cache),
-`masks.py` and `blocks.py` (helpers the mechanisms share).
+`masks.py` and `blocks.py` (helpers the mechanisms share), `probabilities.py`
+(any mechanism's attention weights, read off its own computation).
 
 >>> from attention_zoo_keras import attention
 >>> "linear" in attention.mechanism_names() and attention.get("softmax") is attention.softmax_attention
@@ -26,6 +27,7 @@ from attention_zoo_keras.attention.lsh import lsh_attention
 from attention_zoo_keras.attention.lsh import lsh_rotations_shape
 from attention_zoo_keras.attention.lsh_decoding import LSHDecodingCache
 from attention_zoo_keras.attention.masks import causal_mask
+from attention_zoo_keras.attention.probabilities import attention_probabilities
 from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.attention.registry import get_mechanism as get

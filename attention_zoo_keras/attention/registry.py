@@ -44,6 +44,7 @@ from attention_zoo_keras.naming import did_you_mean
 _MECHANISMS = NameRegistry("attention mechanism", "mechanisms")
 _WEIGHTS = {}
 _INPUTS = {}
+_VALUE_ARGUMENTS = {}
 _DECODINGS = {}
 
 # Arguments every mechanism takes, set by the calling layer.
@@ -57,7 +58,7 @@ DECODING_ARGUMENTS = ("query_offset",)
 WEIGHTS_FUNCTION_ARGUMENTS = ("num_heads", "head_dim")
 
 
-def register_mechanism(name, weights=None, inputs=()):
+def register_mechanism(name, weights=None, inputs=(), value_arguments=()):
     """Decorator: make a mechanism function available under `name`.
 
     Args:
@@ -101,6 +102,13 @@ def mechanism_inputs(name):
     value (see `register_mechanism`), a tuple of argument names."""
     get_mechanism(name)
     return _INPUTS.get(name, ())
+
+
+def mechanism_value_arguments(name):
+    """The arguments of mechanism `name` that act on the values alone (see
+    `register_mechanism`), a tuple of argument names."""
+    get_mechanism(name)
+    return _VALUE_ARGUMENTS.get(name, ())
 
 
 def _keyword_defaults(function, excluded):

@@ -282,7 +282,9 @@ def relative_attention_weights(
     return {name: (shape, keras.initializers.RandomNormal(stddev=head_dim**-0.5)) for name in names}
 
 
-@register_mechanism("relative", weights=relative_attention_weights)
+@register_mechanism(
+    "relative", weights=relative_attention_weights, value_arguments=("relative_value_embeddings",)
+)
 def relative_attention(
     query,
     key,

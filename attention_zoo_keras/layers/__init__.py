@@ -1,6 +1,7 @@
 """Keras layers shared by every model family."""
 
 from attention_zoo_keras.layers.adaptive_embedding import AdaptiveEmbedding
+from attention_zoo_keras.layers.attention_maps import attention_maps
 from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
 from attention_zoo_keras.layers.axial_position_embedding import AxialPositionEmbedding
 from attention_zoo_keras.layers.activations import get_activation

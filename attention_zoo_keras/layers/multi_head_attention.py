@@ -9,6 +9,8 @@ it has any (the relative embeddings of `relative`, the score network of
 chosen by name, with its options (`attention_options`). Incremental decoding
 goes through the mechanism's decoding cache (`attention.get_decoding`):
 a key/value cache for softmax, the recurrent state `(S, z)` for linear.
+Inside `layers.attention_maps` a call also records its attention
+probabilities.
 """
 
 import keras
@@ -16,12 +18,16 @@ from keras import ops
 
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.attention import attention_probabilities
 from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.attention.registry import call_options
 from attention_zoo_keras.attention.registry import check_options
 from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.attention.registry import mechanism_inputs
 from attention_zoo_keras.attention.registry import mechanism_weights
+from attention_zoo_keras.backend_support import is_concrete
+from attention_zoo_keras.layers.attention_maps import active_recorder
+from attention_zoo_keras.layers.attention_maps import record_probabilities
 from attention_zoo_keras.registration import register
 
 
@@ -216,6 +222,10 @@ class MultiHeadAttention(keras.layers.Layer):
                 key_value = self.project_key_value(query if value is None else value)
             elif value is not None:
                 raise ValueError("Pass value or key_value, not both.")
+            recorder = active_recorder()
+            if recorder is not None and is_concrete(query_heads):  # inside `attention_maps`
+                probabilities = self._attention_probabilities(query_heads, key_value[0], mask, is_causal, arguments)
+                record_probabilities(recorder, self, probabilities)
             attended = self._mechanism(
                 query_heads,
                 *key_value,
@@ -232,6 +242,20 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             return output, new_cache
         return output
+
+    def _attention_probabilities(self, query_heads, key_heads, mask, is_causal, arguments):
+        """This call's attention probabilities `(B, N, T, S)`
+        (`attention.attention_probabilities`). A mechanism that draws its
+        randomness from the layer's seed generator (LSH rotations without a
+        seed) draws here what the call itself then draws: the generator's
+        state is put back."""
+        state = keras.ops.copy(self.seed_generator.state.value)
+        probabilities = attention_probabilities(
+            self.attention, query_heads, key_heads, attention_mask=mask, is_causal=is_causal,
+            seed_generator=self.seed_generator, **arguments,
+        )
+        self.seed_generator.state.assign(state)
+        return probabilities
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)

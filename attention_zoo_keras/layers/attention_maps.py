@@ -1,0 +1,81 @@
+"""Attention maps: the attention probabilities of every `MultiHeadAttention`
+call in a model, recorded on request.
+
+`attention_maps(model, inputs)` calls the model once, eagerly and without
+dropout, while a recorder is active. Each `MultiHeadAttention` layer then
+also computes its mechanism's probabilities from the queries, keys, mask and
+options of that very call (`attention.attention_probabilities`: the
+mechanism applied to one-hot values) and hands them to the recorder. With no
+recorder active a layer only checks that none is, so normal calls, compiled
+steps (which are never recorded) and their speed are unchanged. Decoding
+steps with a cache are not recorded: call the model on the whole sequence.
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+
+_recorders = []  # the attention_maps calls in progress, innermost last
+
+
+def active_recorder():
+    """The `{name: probabilities}` dict of the innermost `attention_maps`
+    call in progress, or `None` (the usual case: nothing is recorded)."""
+    return _recorders[-1] if _recorders else None
+
+
+def record_probabilities(recorder, layer, probabilities):
+    """Adds a layer call's probabilities `(B, N, T, S)` to `recorder` under
+    the layer's path (a second call of the same layer gets `#2`, …). The
+    layer records only concrete (eager) calls: a compiled step is not
+    recorded."""
+    name, calls = layer.path, 1
+    while name in recorder:
+        calls += 1
+        name = f"{layer.path}#{calls}"
+    recorder[name] = np.asarray(keras.ops.convert_to_numpy(probabilities), dtype="float32")
+
+
+@contextlib.contextmanager
+def _recording():
+    recorder = {}
+    _recorders.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _recorders.pop()
+
+
+def attention_maps(model, inputs, **call_arguments):
+    """The attention probabilities of every `MultiHeadAttention` call that
+    `model(inputs, training=False, **call_arguments)` makes.
+
+    Args:
+        model: any Keras model or layer built from this library's layers
+            (a backbone, a task, a block).
+        inputs: what `model` is called on (for a task, its preprocessor's
+            output: `task.preprocessor(texts)` where it has one).
+        **call_arguments: further arguments of the call.
+
+    Returns:
+        `{layer path: float32 array (batch, heads, queries, keys)}` in call
+        order: each row holds the weights of one query over the keys (0
+        for keys it may not attend to; for LSH attention the combination
+        of the hash rounds). The model's outputs are not returned.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import attention_zoo_keras as azk
+    >>> backbone = azk.models.BertBackbone(vocabulary_size=50, num_layers=2, num_heads=2,
+    ...                                    hidden_dim=8, intermediate_dim=16)
+    >>> inputs = {"token_ids": np.array([[5, 6, 7, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
+    ...           "padding_mask": np.array([[1, 1, 1, 0]])}
+    >>> maps = azk.attention_maps(backbone, inputs)
+    >>> [probabilities.shape for probabilities in maps.values()]
+    [(1, 2, 4, 4), (1, 2, 4, 4)]
+    """
+    with _recording() as recorder:
+        model(inputs, training=False, **call_arguments)
+    return recorder
