@@ -305,7 +305,7 @@ def attend_chunks(
     return output, normaliser[..., 0]
 
 
-@register_mechanism("lsh")
+@register_mechanism("lsh", hash_rounds=True)
 def lsh_attention(
     query,
     key,
@@ -322,6 +322,7 @@ def lsh_attention(
     num_chunks_after=DEFAULT_NUM_CHUNKS_AFTER,
     rotations=None,
     seed=None,
+    separate_rounds=False,
 ):
     """Reformer LSH self-attention over `(batch, length, num_heads, head_dim)`,
     equal to transformers' `LSHSelfAttention` (before its output
@@ -362,6 +363,11 @@ def lsh_attention(
             `None` draws them from a standard normal.
         seed: an int seed of the rotations (numpy's generator: the same every
             call and on every backend, and what decoding uses).
+        separate_rounds: return each hashing round's output, before the
+            rounds are combined, side by side: `(B, L, N, n_h·M)`, round by
+            round (one round without hashing, `L ≤ chunk_length`). What
+            `attention_probabilities(..., hash_rounds=True)` reads; not a
+            layer option.
 
     Returns:
         `(B, L, N, M)`.
@@ -469,6 +475,8 @@ def lsh_attention(
         normaliser = ops.take_along_axis(ops.reshape(normaliser, (batch, heads, -1)), undo_order, axis=2)
         output = ops.reshape(output, (batch, heads, num_hashes, length, value_dim))
         normaliser = ops.reshape(normaliser, (batch, heads, num_hashes, length))
+        if separate_rounds:
+            return ops.reshape(ops.transpose(output, (0, 3, 1, 2, 4)), (batch, length, heads, num_hashes * value_dim))
         return ops.transpose(combine_rounds(output, normaliser, value.dtype), (0, 2, 1, 3))
 
     if isinstance(length, int):

@@ -10,30 +10,36 @@ is the row of weights itself: `output_t = Σ_s P_ts e_s = P_t`. The
 probabilities therefore come from the mechanism's own code (its mask,
 options, kernel and numerics), with nothing reimplemented per mechanism:
 what is read is what the model used. For LSH attention `P` is the
-combination of the hash rounds; for linear attention the normalised kernel
-weights `φ(q_t)·φ(k_s) / φ(q_t)·Σ_j φ(k_j)`.
+combination of the hash rounds (`P = Σ_r w_r P_r`, each round's weight
+`w_r` the share of its softmax normaliser), or with `hash_rounds=True` each
+round's own `P_r`; for linear attention the normalised kernel weights
+`φ(q_t)·φ(k_s) / φ(q_t)·Σ_j φ(k_j)`.
 """
 
 from keras import ops
 
 from attention_zoo_keras.attention.registry import get_mechanism
+from attention_zoo_keras.attention.registry import mechanism_hashes_in_rounds
 from attention_zoo_keras.attention.registry import mechanism_value_arguments
 
 
-def attention_probabilities(mechanism, query, key, **arguments):
+def attention_probabilities(mechanism, query, key, hash_rounds=False, **arguments):
     """The weights with which mechanism `mechanism` mixes the values.
 
     Args:
         mechanism: a registered mechanism name (`attention.mechanism_names()`).
         query: `(B, T, N, H)`.
         key: `(B, S, N, H)`.
+        hash_rounds: for a mechanism that combines hashing rounds (LSH),
+            each round's weights instead of their combination.
         **arguments: what the mechanism takes besides the value (the mask,
             `is_causal`, options, weights and the seed generator of its
             random draws), as the layer passes them; dropout is not applied.
 
     Returns:
         `(B, N, T, S)`: row `[b, n, t]` the weights of query `t` over the
-        keys (0 for a key it may not attend to).
+        keys (0 for a key it may not attend to); with `hash_rounds` and a
+        hashing mechanism, `(B, N, rounds, T, S)`.
 
     Example:
 
@@ -47,5 +53,10 @@ def attention_probabilities(mechanism, query, key, **arguments):
     one_hot_values = ops.tile(ops.eye(key_length, dtype=query.dtype)[None, :, None, :], (batch, 1, num_heads, 1))
     ignored = set(mechanism_value_arguments(mechanism)) | {"dropout_rate", "training"}
     arguments = {name: value for name, value in arguments.items() if name not in ignored}
+    if hash_rounds and mechanism_hashes_in_rounds(mechanism):
+        rounds = get_mechanism(mechanism)(query, key, one_hot_values, separate_rounds=True, **arguments)
+        batch, length = ops.shape(rounds)[0], ops.shape(rounds)[1]
+        rounds = ops.reshape(rounds, (batch, length, num_heads, -1, key_length))  # (B, T, N, rounds, S)
+        return ops.transpose(rounds, (0, 2, 3, 1, 4))
     weights = get_mechanism(mechanism)(query, key, one_hot_values, **arguments)  # (B, T, N, S)
     return ops.transpose(weights, (0, 2, 1, 3))

@@ -45,6 +45,7 @@ _MECHANISMS = NameRegistry("attention mechanism", "mechanisms")
 _WEIGHTS = {}
 _INPUTS = {}
 _VALUE_ARGUMENTS = {}
+_HASH_ROUNDS = set()
 _DECODINGS = {}
 
 # Arguments every mechanism takes, set by the calling layer.
@@ -54,11 +55,13 @@ CALL_ARGUMENTS = (
 # Arguments a layer sets while decoding (the absolute position of the first
 # query), never options.
 DECODING_ARGUMENTS = ("query_offset",)
+# Arguments `attention_probabilities` sets to look inside a mechanism, never options.
+INSPECTION_ARGUMENTS = ("separate_rounds",)
 # Arguments of a weights function that the layer supplies.
 WEIGHTS_FUNCTION_ARGUMENTS = ("num_heads", "head_dim")
 
 
-def register_mechanism(name, weights=None, inputs=(), value_arguments=()):
+def register_mechanism(name, weights=None, inputs=(), value_arguments=(), hash_rounds=False):
     """Decorator: make a mechanism function available under `name`.
 
     Args:
@@ -71,6 +74,12 @@ def register_mechanism(name, weights=None, inputs=(), value_arguments=()):
             (Transformer-XL's projected distance encodings), neither
             options nor weights; `MultiHeadAttention` takes them as
             `mechanism_arguments`.
+        value_arguments: names of weights that act on the values alone
+            (relative attention's w^V): the attention probabilities do not
+            depend on them, and `attention_probabilities` leaves them out.
+        hash_rounds: whether the mechanism combines hashing rounds (LSH)
+            and takes `separate_rounds=True` to return each round's output
+            side by side, `(B, T, N, rounds·M)`.
     """
 
     def decorator(function):
@@ -78,6 +87,9 @@ def register_mechanism(name, weights=None, inputs=(), value_arguments=()):
         if weights is not None:
             _WEIGHTS[name] = weights
         _INPUTS[name] = tuple(inputs)
+        _VALUE_ARGUMENTS[name] = tuple(value_arguments)
+        if hash_rounds:
+            _HASH_ROUNDS.add(name)
         return function
 
     return decorator
@@ -111,6 +123,13 @@ def mechanism_value_arguments(name):
     return _VALUE_ARGUMENTS.get(name, ())
 
 
+def mechanism_hashes_in_rounds(name):
+    """Whether mechanism `name` combines hashing rounds and can return them
+    separately (see `register_mechanism`)."""
+    get_mechanism(name)
+    return name in _HASH_ROUNDS
+
+
 def _keyword_defaults(function, excluded):
     return {
         parameter.name: parameter.default
@@ -133,7 +152,9 @@ def mechanism_options(name):
     """
     mechanism = get_mechanism(name)
     weights = _WEIGHTS.get(name)
-    excluded = set(CALL_ARGUMENTS + DECODING_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism_inputs(name))
+    excluded = set(
+        CALL_ARGUMENTS + DECODING_ARGUMENTS + INSPECTION_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism_inputs(name)
+    )
     if weights is not None:
         excluded |= set(weights(num_heads=1, head_dim=1))  # the weight arguments' names
     options = _keyword_defaults(mechanism, excluded)

@@ -19,14 +19,24 @@ import numpy as np
 _recorders = []  # the attention_maps calls in progress, innermost last
 
 
+class Recorder(dict):
+    """The maps of one `attention_maps` call, `{name: probabilities}`;
+    `hash_rounds`: whether hashing mechanisms give each round's maps."""
+
+    def __init__(self, hash_rounds):
+        super().__init__()
+        self.hash_rounds = hash_rounds
+
+
 def active_recorder():
-    """The `{name: probabilities}` dict of the innermost `attention_maps`
-    call in progress, or `None` (the usual case: nothing is recorded)."""
+    """The `Recorder` of the innermost `attention_maps` call in progress,
+    or `None` (the usual case: nothing is recorded)."""
     return _recorders[-1] if _recorders else None
 
 
 def record_probabilities(recorder, layer, probabilities):
-    """Adds a layer call's probabilities `(B, N, T, S)` to `recorder` under
+    """Adds a layer call's probabilities (`(B, N, T, S)`, or per hashing
+    round `(B, N, rounds, T, S)`) to `recorder` under
     the layer's path (a second call of the same layer gets `#2`, …). The
     layer records only concrete (eager) calls: a compiled step is not
     recorded."""
@@ -38,8 +48,8 @@ def record_probabilities(recorder, layer, probabilities):
 
 
 @contextlib.contextmanager
-def _recording():
-    recorder = {}
+def _recording(hash_rounds):
+    recorder = Recorder(hash_rounds)
     _recorders.append(recorder)
     try:
         yield recorder
@@ -47,7 +57,7 @@ def _recording():
         _recorders.pop()
 
 
-def attention_maps(model, inputs, **call_arguments):
+def attention_maps(model, inputs, hash_rounds=False, **call_arguments):
     """The attention probabilities of every `MultiHeadAttention` call that
     `model(inputs, training=False, **call_arguments)` makes.
 
@@ -56,6 +66,9 @@ def attention_maps(model, inputs, **call_arguments):
             (a backbone, a task, a block).
         inputs: what `model` is called on (for a task, its preprocessor's
             output: `task.preprocessor(texts)` where it has one).
+        hash_rounds: for LSH attention, each hashing round's weights,
+            `(batch, heads, rounds, queries, keys)`, instead of their
+            combination.
         **call_arguments: further arguments of the call.
 
     Returns:
@@ -76,6 +89,6 @@ def attention_maps(model, inputs, **call_arguments):
     >>> [probabilities.shape for probabilities in maps.values()]
     [(1, 2, 4, 4), (1, 2, 4, 4)]
     """
-    with _recording() as recorder:
+    with _recording(hash_rounds) as recorder:
         model(inputs, training=False, **call_arguments)
-    return recorder
+    return dict(recorder)

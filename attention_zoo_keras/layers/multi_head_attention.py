@@ -224,7 +224,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError("Pass value or key_value, not both.")
             recorder = active_recorder()
             if recorder is not None and is_concrete(query_heads):  # inside `attention_maps`
-                probabilities = self._attention_probabilities(query_heads, key_value[0], mask, is_causal, arguments)
+                probabilities = self._attention_probabilities(
+                    query_heads, key_value[0], mask, is_causal, arguments, recorder.hash_rounds
+                )
                 record_probabilities(recorder, self, probabilities)
             attended = self._mechanism(
                 query_heads,
@@ -243,16 +245,16 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, new_cache
         return output
 
-    def _attention_probabilities(self, query_heads, key_heads, mask, is_causal, arguments):
-        """This call's attention probabilities `(B, N, T, S)`
-        (`attention.attention_probabilities`). A mechanism that draws its
+    def _attention_probabilities(self, query_heads, key_heads, mask, is_causal, arguments, hash_rounds):
+        """This call's attention probabilities `(B, N, T, S)`, or per
+        hashing round (`attention.attention_probabilities`). A mechanism that draws its
         randomness from the layer's seed generator (LSH rotations without a
         seed) draws here what the call itself then draws: the generator's
         state is put back."""
         state = keras.ops.copy(self.seed_generator.state.value)
         probabilities = attention_probabilities(
-            self.attention, query_heads, key_heads, attention_mask=mask, is_causal=is_causal,
-            seed_generator=self.seed_generator, **arguments,
+            self.attention, query_heads, key_heads, hash_rounds=hash_rounds, attention_mask=mask,
+            is_causal=is_causal, seed_generator=self.seed_generator, **arguments,
         )
         self.seed_generator.state.assign(state)
         return probabilities

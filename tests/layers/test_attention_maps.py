@@ -57,7 +57,7 @@ def _projection(dense, x):
     return (x @ kernel + bias).reshape(x.shape[0], x.shape[1], HEADS, HEAD_DIM)
 
 
-def _maps_of(layer, x, is_causal):
+def _maps_of(layer, x, is_causal, hash_rounds=False):
     """The maps of one call of `layer` on `x`, and that call's output."""
     mask = KEY_PADDING[:, None, :]  # (B, 1, S): a key-padding mask, which every mechanism takes
     outputs = []
@@ -65,9 +65,27 @@ def _maps_of(layer, x, is_causal):
     def call(x, training):
         outputs.append(layer(x, attention_mask=mask, is_causal=is_causal, training=training))
 
-    maps = azk.attention_maps(call, x)
+    maps = azk.attention_maps(call, x, hash_rounds=hash_rounds)
     assert list(maps) == [layer.path]
     return maps[layer.path], keras.ops.convert_to_numpy(outputs[0])
+
+
+def test_relative_value_embeddings_leave_the_maps_those_of_the_logits():
+    """w^V adds to the output, not to the weights: the maps are taken without it."""
+    layer, x = _layer_and_inputs("relative", {"max_distance": 3, "value_embeddings": True})
+    probabilities, _ = _maps_of(layer, x, False)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    assert np.all(probabilities[~np.broadcast_to(_allowed(False), probabilities.shape)] == 0.0)
+    without = MultiHeadAttention(
+        num_heads=HEADS, head_dim=HEAD_DIM, attention="relative",
+        attention_options={"max_distance": 3, "value_embeddings": False},
+    )
+    without(x)
+    for name in ("query", "key"):
+        for weight, source in zip(getattr(without, f"{name}_dense").weights, getattr(layer, f"{name}_dense").weights):
+            weight.assign(source)
+    without.mechanism_weights["relative_key_embeddings"].assign(layer.mechanism_weights["relative_key_embeddings"])
+    np.testing.assert_allclose(_maps_of(without, x, False)[0], probabilities, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -87,6 +105,29 @@ def test_rows_sum_to_one_over_the_allowed_keys_and_reproduce_the_output(case):
         layer.output_dense.bias
     )
     np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_lsh_hash_rounds_each_sum_to_one_and_mix_into_the_combined_map():
+    _, options, _ = CASES["lsh"]
+    layer, x = _layer_and_inputs("lsh", options)
+    rounds, _ = _maps_of(layer, x, False, hash_rounds=True)
+    combined, _ = _maps_of(layer, x, False)
+    assert rounds.shape == (BATCH, HEADS, 2, LENGTH, LENGTH)
+    np.testing.assert_allclose(rounds.sum(-1), 1.0, atol=1e-5)
+    assert np.all(rounds[~np.broadcast_to(_allowed(False)[:, :, None], rounds.shape)] == 0.0)
+    # Each combined row is a convex mix w·P₀ + (1 − w)·P₁ of the rounds' rows.
+    first, second = rounds[:, :, 0], rounds[:, :, 1]
+    difference = first - second
+    norm = (difference**2).sum(-1)
+    share = np.where(norm > 0, ((combined - second) * difference).sum(-1) / np.where(norm > 0, norm, 1.0), 0.5)
+    assert np.all((share > -1e-4) & (share < 1 + 1e-4))
+    np.testing.assert_allclose(second + share[..., None] * difference, combined, atol=1e-5)
+    assert not np.allclose(first, second)  # the two rounds hashed differently
+
+
+def test_hash_rounds_leave_other_mechanisms_maps_as_they_are():
+    layer, x = _layer_and_inputs("softmax", {})
+    np.testing.assert_array_equal(_maps_of(layer, x, False, hash_rounds=True)[0], _maps_of(layer, x, False)[0])
 
 
 @pytest.mark.parametrize("case", ["softmax", "softmax_causal"])
