@@ -61,6 +61,7 @@ from attention_zoo_keras.conversion.verifiers import NoVerifierError
 from attention_zoo_keras.conversion.verifiers import unverifiable_reason
 from attention_zoo_keras.conversion.verifiers import verifier_for
 from attention_zoo_keras.hub.atomic import DirectoryNotReplaceableError
+from attention_zoo_keras.hub.catalog import presets_markdown
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -303,6 +304,9 @@ def _command_list(args):
     presets = azk.list_presets(family=args.family)
     if not presets:
         raise UsageError(f"no presets of the family '{args.family}'.")
+    if args.markdown:
+        print(presets_markdown(args.family), end="")
+        return EXIT_OK
     rows = [("name", "class", "family", "source", "verifier")]
     unverifiable = {}  # reason -> names
     for name, entry in sorted(presets.items()):
@@ -428,6 +432,10 @@ def build_parser():
         "whether a verifier exists for it."
     )
     listing.add_argument("--family", help="only the presets of this family (bert, gpt, vit, ...)")
+    listing.add_argument(
+        "--markdown", action="store_true",
+        help="a Markdown table with parameters and licenses (what docs/presets.md holds)",
+    )
     listing.set_defaults(run=_command_list)
 
     convert = commands.add_parser(

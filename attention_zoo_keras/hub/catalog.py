@@ -60,6 +60,30 @@ def list_presets(family=None):
     }
 
 
+def presets_markdown(family=None):
+    """The named presets as a Markdown table: name, family, class,
+    parameters, source (linked where it is on the Hub) and license, one row
+    per preset in name order. `docs/presets.md` is this table (`azk-convert
+    list --markdown` prints it), so the documentation never drifts from the
+    catalog.
+
+    Example:
+
+    >>> print(presets_markdown(family="bert").splitlines()[0])
+    | preset | family | class | parameters | source | license |
+    """
+    rows = ["| preset | family | class | parameters | source | license |", "|---|---|---|---|---|---|"]
+    for name, entry in sorted(list_presets(family).items()):
+        source = entry["source"]
+        if source.startswith("hf://"):
+            repository = source.removeprefix("hf://").split("@")[0]
+            source = f"[{source.removeprefix('hf://')}](https://huggingface.co/{repository})"
+        parameters = f"{entry['params'] / 1e6:,.1f} M"
+        rows.append(f"| `{name}` | {entry['family']} | `{entry['class_name']}` | {parameters} | {source} | "
+                    f"{entry['license']} |")
+    return "\n".join(rows) + "\n"
+
+
 def get_preset(name, family=None):
     """The catalog entry of the preset called `name`.
 

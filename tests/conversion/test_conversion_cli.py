@@ -17,6 +17,7 @@ from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.hub.catalog import presets_markdown
 from attention_zoo_keras.conversion import cli
 from attention_zoo_keras.conversion import verifiers
 from attention_zoo_keras.hub import catalog
@@ -64,6 +65,12 @@ def assert_parity_recorded(directory, reference, outputs):
 
 
 # --------------------------------------------------------------------- list
+
+
+def test_list_markdown_prints_the_catalog_table(capsys):
+    code, out, _ = run(capsys, "list", "--markdown", "--family", "vit")
+    assert code == 0
+    assert out == presets_markdown("vit")
 
 
 def test_list_shows_every_preset_with_class_source_and_verifier(capsys):
