@@ -6,7 +6,8 @@ import numpy as np
 
 def plot_attention(probabilities, query_labels=None, key_labels=None, heads=None, title=None, head_size=3.0):
     """Heads side by side: one heat map per head, the queries down and the
-    keys across, with tokens or patch numbers on the axes.
+    keys across, with tokens or patch numbers on the axes, on one colour
+    scale from 0 to the largest weight drawn.
 
     Args:
         probabilities: `(heads, queries, keys)` (one example of what
@@ -54,10 +55,11 @@ def plot_attention(probabilities, query_labels=None, key_labels=None, heads=None
     for labels, count, what in ((query_labels, num_queries, "queries"), (key_labels, num_keys, "keys")):
         if labels is not None and len(labels) != count:
             raise ValueError(f"{len(labels)} labels for {count} {what}.")
-    heads = range(probabilities.shape[0]) if heads is None else list(heads)
+    heads = list(range(probabilities.shape[0])) if heads is None else list(heads)
+    largest = float(probabilities[heads].max()) or 1.0  # one colour scale for all heads drawn
     figure, axes = plt.subplots(1, len(heads), figsize=(head_size * len(heads), head_size), squeeze=False)
     for axis, head in zip(axes[0], heads):
-        axis.imshow(probabilities[head], vmin=0.0, vmax=1.0, cmap="viridis")
+        axis.imshow(probabilities[head], vmin=0.0, vmax=largest, cmap="viridis")
         axis.set_title(f"head {head}")
         axis.set_xlabel("key")
         axis.set_ylabel("query")

@@ -1,0 +1,37 @@
+"""Every notebook in `examples/notebooks/` runs top to bottom on each backend
+its metadata names (`metadata["attention_zoo"]["backends"]`): a cell that
+raises fails the test. The notebooks are stored with the outputs of a run
+on this kind of machine; this executes a fresh copy and leaves them as they
+are."""
+
+import os
+from pathlib import Path
+
+import keras
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "examples" / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    backends = notebook.metadata["attention_zoo"]["backends"]
+    backend = keras.backend.backend()
+    if backend not in backends:
+        pytest.skip(f"{path.name} runs on {', '.join(backends)}")
+    monkeypatch.setenv("KERAS_BACKEND", backend)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path.parents[2]), os.environ.get("PYTHONPATH", "")]))
+    client = nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    client.execute()  # raises CellExecutionError naming the cell that failed
+    errors = [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
+    assert errors == []
