@@ -42,7 +42,8 @@ def plot_attention(probabilities, query_labels=None, key_labels=None, heads=None
             "plot_attention needs matplotlib: pip install matplotlib (or attention_zoo_keras[plot])."
         ) from error
     probabilities = np.asarray(probabilities, dtype="float32")
-    if probabilities.ndim == 2:
+    one_map = probabilities.ndim == 2  # drawn without a head's title
+    if one_map:
         probabilities = probabilities[None]
     if probabilities.ndim != 3:
         raise ValueError(
@@ -59,8 +60,9 @@ def plot_attention(probabilities, query_labels=None, key_labels=None, heads=None
     largest = float(probabilities[heads].max()) or 1.0  # one colour scale for all heads drawn
     figure, axes = plt.subplots(1, len(heads), figsize=(head_size * len(heads), head_size), squeeze=False)
     for axis, head in zip(axes[0], heads):
-        axis.imshow(probabilities[head], vmin=0.0, vmax=largest, cmap="viridis")
-        axis.set_title(f"head {head}")
+        axis.imshow(probabilities[head], vmin=0.0, vmax=largest, cmap="viridis", aspect="auto")
+        if not one_map:
+            axis.set_title(f"head {head}")
         axis.set_xlabel("key")
         axis.set_ylabel("query")
         if key_labels is not None:
