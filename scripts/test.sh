@@ -3,7 +3,7 @@
 # $TEST_WORKERS pytest-xdist processes (default: one per core, at most 4).
 #
 # The end-to-end tests (marked `slow`: training runs that must learn, the
-# wheel, the docstring examples) run on torch only: what they exercise per
+# wheel, the documentation build) run on torch only: what they exercise per
 # backend (fit, generate, parity) the other tests check on all three, so
 # their runs on JAX and TensorFlow would add minutes and no coverage.
 # Extra arguments go to pytest after these, so they win: e.g.

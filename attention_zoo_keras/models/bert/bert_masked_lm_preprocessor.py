@@ -23,9 +23,10 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
         mask_token_rate: of the selected tokens, the share replaced by `[MASK]`.
         random_token_rate: the share replaced by a random vocabulary token.
         seed: seed of the masking randomness.
-        padding, bucket_lengths: how wide a batch is padded (see
-            `BertPreprocessor`); `mask_positions` always has
-            `mask_selection_length` entries.
+        padding: how wide a batch is padded (see `BertPreprocessor`);
+            `mask_positions` always has `mask_selection_length` entries.
+        bucket_lengths: the widths a batch may be padded to (see
+            `BertPreprocessor`).
 
     Call returns `(features, labels, sample_weight)`: features with the masked
     `token_ids` and `mask_positions`; `labels` the original ids at those

@@ -26,9 +26,11 @@ class GPTCausalLMPreprocessor(CausalLMPreprocessor):
             the start of every example.
         add_end_token: append `<|endoftext|>`, so the model learns where a
             text ends (GPT-2's document separator). On by default.
-        padding, bucket_lengths: how wide a batch is padded: by default to
-            the smallest power of two from 16 that holds its longest text,
-            at most `sequence_length` (see `TextPreprocessor`).
+        padding: how wide a batch is padded: by default to the smallest
+            power of two from 16 that holds its longest text, at most
+            `sequence_length` (see `TextPreprocessor`).
+        bucket_lengths: the widths a batch may be padded to (see
+            `TextPreprocessor`).
 
     Call returns `(features, labels, sample_weight)`: `features` with
     `token_ids` and `padding_mask` `(batch, width)`, `width` the batch's

@@ -145,15 +145,19 @@ class ReformerBackbone(Backbone):
         num_buckets: LSH buckets, an even int or a list for factorised
             buckets; `None` picks one from the sequence length.
         lsh_chunk_length: LSH chunk length (`lsh_attn_chunk_length`).
-        lsh_num_chunks_before, lsh_num_chunks_after: neighbouring chunks
-            each LSH chunk attends to.
+        lsh_num_chunks_before: earlier neighbouring chunks each LSH chunk
+            attends to.
+        lsh_num_chunks_after: later neighbouring chunks each LSH chunk
+            attends to.
         hash_seed: an int makes the LSH rotations the same at every call;
             `None` draws new ones at every call (and every training step).
             To hash with given rotations (another implementation's), see
             `set_lsh_rotations`.
         local_chunk_length: local attention block length.
-        local_num_chunks_before, local_num_chunks_after: neighbouring blocks
-            each local block attends to.
+        local_num_chunks_before: earlier neighbouring blocks each local
+            block attends to.
+        local_num_chunks_after: later neighbouring blocks each local block
+            attends to.
         axial_pos_shape: `(n₁, n₂)` of axial position embeddings (`n₁·n₂`
             positions), or `None` for a learned table of
             `max_sequence_length` positions.
@@ -162,8 +166,10 @@ class ReformerBackbone(Backbone):
             most (and by default) `n₁·n₂`.
         activation: feed-forward activation (`hidden_act`).
         dropout: dropout on embeddings, branch outputs and the output.
-        lsh_attention_dropout, local_attention_dropout: dropout on the
-            attention probabilities.
+        lsh_attention_dropout: dropout on the LSH layers' attention
+            probabilities.
+        local_attention_dropout: dropout on the local layers' attention
+            probabilities.
         layer_norm_epsilon: epsilon of every layer norm.
         feed_forward_chunk_size: positions per feed-forward chunk (`None`:
             all at once).

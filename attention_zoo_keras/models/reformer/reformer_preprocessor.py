@@ -21,9 +21,10 @@ class ReformerCausalLMPreprocessor(CausalLMPreprocessor):
             positions exactly their number `n₁·n₂`.
         add_start_token: prepend the end token as a start token (off).
         add_end_token: append the end token (on).
-        padding, bucket_lengths: as in `ReformerPreprocessor` (every batch
+        padding: as in `ReformerPreprocessor` (every batch
             `sequence_length` wide by default: the chunked attention is
             shaped by the length).
+        bucket_lengths: as in `ReformerPreprocessor`.
 
     Example:
 

@@ -35,9 +35,11 @@ class ViLBERTPreprocessor(Preprocessor):
         task_id: for a backbone with task tokens (the authors' multi-task
             model), the task every example is for (their `task_id`: 1 VQA,
             8 Flickr30k retrieval, 11 RefCOCO, 15 GQA, ...); adds `task_ids`.
-        padding, bucket_lengths: how wide a batch of texts is padded, as in
+        padding: how wide a batch of texts is padded, as in
             `BertPreprocessor` (by default to the smallest power of two from
             16 that holds the longest text, at most `sequence_length`).
+        bucket_lengths: the widths a batch may be padded to, as in
+            `BertPreprocessor`.
 
     Call args:
         x: a dict with `"text"` (a string or a list of strings),

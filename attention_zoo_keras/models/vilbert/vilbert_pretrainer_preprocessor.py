@@ -41,13 +41,17 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
         mask_selection_rate: share of the caption's tokens to predict.
         mask_selection_length: the most predicted tokens per caption
             (default: `sequence_length × mask_selection_rate`, rounded).
-        mask_token_rate, random_token_rate: of the selected tokens, the
-            share replaced by `[MASK]` and by a random token.
+        mask_token_rate: of the selected tokens, the share replaced by
+            `[MASK]`.
+        random_token_rate: of the selected tokens, the share replaced by a
+            random token.
         region_mask_rate: share of the detected regions to predict.
         region_zero_rate: of those, the share whose features are zeroed.
         mismatch_rate: share of captions swapped for another example's.
         seed: seed of all the randomness.
-        padding, bucket_lengths: how wide a batch of captions is padded
+        padding: how wide a batch of captions is padded (see
+            `ViLBERTPreprocessor`).
+        bucket_lengths: the widths a batch of captions may be padded to
             (see `ViLBERTPreprocessor`).
 
     Call args:
