@@ -3,5 +3,5 @@
 from attention_zoo_keras.models.gpt import gpt_convert  # registers the converter
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_causal_lm import GPTCausalLM
-from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer

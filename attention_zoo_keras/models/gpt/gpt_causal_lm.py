@@ -9,7 +9,7 @@ import keras
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
-from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
 from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 

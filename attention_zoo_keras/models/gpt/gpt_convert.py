@@ -17,7 +17,7 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
-from attention_zoo_keras.models.gpt.gpt_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_backbone import padded_length
-from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerCausalLMPreprocessor
+from attention_zoo_keras.models.reformer.reformer_causal_lm_preprocessor import ReformerCausalLMPreprocessor
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
 

@@ -33,7 +33,7 @@ from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
-from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerCausalLMPreprocessor
+from attention_zoo_keras.models.reformer.reformer_causal_lm_preprocessor import ReformerCausalLMPreprocessor
 from attention_zoo_keras.models.reformer.reformer_text_classifier import ReformerTextClassifier
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerTokenizer

@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from attention_zoo_keras.models.preprocessor import weighted
-from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
+from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerPreprocessor
 from attention_zoo_keras.registration import register
 
 

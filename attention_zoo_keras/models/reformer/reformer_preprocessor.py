@@ -1,40 +1,58 @@
-"""Causal-LM data for the Reformer: raw text to inputs, next-token labels
-and weights (see `models.causal_lm_preprocessor`), with either Reformer
-tokenizer: the SentencePiece pieces of crime-and-punishment (padded with
-`</s>`, which it also ends texts with) or the enwik8 bytes (padded with
-`<pad>`, ended with `<EOS>`)."""
+"""Encoder data for the Reformer (Kitaev et al., 2020): raw text to
+`token_ids` and `padding_mask`, labels passed through — for
+`ReformerTextClassifier`, and the base of `ReformerMaskedLMPreprocessor`.
 
-from attention_zoo_keras.models.causal_lm_preprocessor import CausalLMPreprocessor
+    ids = [</s>]? pieces(text)[:budget] [</s>]?,  right-padded to sequence_length
+
+With either Reformer tokenizer: the SentencePiece pieces of
+crime-and-punishment (padded with `</s>`, as it has no padding token) or
+the enwik8 bytes (padded with `<pad>`, ended with `<EOS>`). The padding
+id does not matter to the model: `padding_mask` masks those positions.
+"""
+
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerTokenizer
+from attention_zoo_keras.models.text_preprocessor import PackedTextPreprocessor
 from attention_zoo_keras.registration import register
 
 
 @register
-class ReformerCausalLMPreprocessor(CausalLMPreprocessor):
-    """Raw strings to Reformer `token_ids` and `padding_mask`, with the next
-    tokens as labels.
+class ReformerPreprocessor(PackedTextPreprocessor):
+    """Raw strings to Reformer `token_ids` and `padding_mask` `(batch,
+    sequence_length)`, with labels and sample weights passed through.
 
     Args:
         tokenizer: a `ReformerTokenizer` or `ReformerByteTokenizer`.
-        sequence_length: length of the model inputs. To train, it must be
-            a multiple of the model's chunk lengths, and with axial
-            positions exactly their number `n₁·n₂`.
-        add_start_token: prepend the end token as a start token (off).
-        add_end_token: append the end token (on).
-        padding: as in `ReformerPreprocessor` (every batch
-            `sequence_length` wide by default: the chunked attention is
-            shaped by the length).
-        bucket_lengths: as in `ReformerPreprocessor`.
+        sequence_length: every output is right-padded or truncated to this
+            length. To train, it must be a multiple of the model's chunk
+            lengths (their least common multiple), and with axial positions
+            exactly their number `n₁·n₂`.
+        add_start_token: prepend the end token as a start token (off; the
+            Reformer tokenizers have no start token).
+        add_end_token: append the end token (on), as
+            `ReformerCausalLMPreprocessor` does, so a preset's settings carry
+            over between the Reformer tasks.
+        padding: `"max_length"` by default, unlike the other families'
+            preprocessors: the chunked attention is shaped by the length (the
+            backbone's `static_sequence_length`), so every batch is
+            `sequence_length` wide. `"buckets"`: see `TextPreprocessor`.
+        bucket_lengths: with `padding="buckets"`, the lengths to pad to.
+
+    Call args:
+        x: a string or a list of strings.
+        y, sample_weight: passed through (one entry per text).
 
     Example:
 
     >>> from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
-    >>> preprocessor = ReformerCausalLMPreprocessor(ReformerByteTokenizer(), sequence_length=4)
-    >>> x, y, w = preprocessor(["Hi"])
-    >>> x["token_ids"].tolist(), y.tolist(), w.tolist()
-    ([[74, 107, 1, 0]], [[107, 1, 0, 0]], [[1.0, 1.0, 0.0, 0.0]])
+    >>> preprocessor = ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=6)
+    >>> x, y = preprocessor(["Hi", "Hello!"], [0, 1])
+    >>> x["token_ids"].tolist(), x["padding_mask"].tolist(), y
+    ([[74, 107, 1, 0, 0, 0], [74, 103, 110, 110, 113, 1]], [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]], [0, 1])
     """
 
     tokenizer_cls = ReformerTokenizer
     family = "reformer"
     default_padding = "max_length"
+
+    def __call__(self, x, y=None, sample_weight=None):
+        return self.with_labels(self.pack(x), y, sample_weight)

@@ -19,7 +19,7 @@ import keras
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
-from attention_zoo_keras.models.reformer.reformer_text_classifier_preprocessor import ReformerPreprocessor
+from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerPreprocessor
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register

@@ -21,7 +21,7 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.transformer.transformer_backbone import TransformerBackbone
-from attention_zoo_keras.models.transformer.transformer_preprocessor import TransformerSeq2SeqLMPreprocessor
+from attention_zoo_keras.models.transformer.transformer_seq2seq_lm_preprocessor import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer.transformer_seq2seq_lm import TransformerSeq2SeqLM
 from attention_zoo_keras.models.transformer.transformer_tokenizer import TransformerTokenizer
 

@@ -22,7 +22,7 @@ from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.text_preprocessor import as_text_list
 from attention_zoo_keras.models.transformer.transformer_backbone import TransformerBackbone
-from attention_zoo_keras.models.transformer.transformer_preprocessor import TransformerSeq2SeqLMPreprocessor
+from attention_zoo_keras.models.transformer.transformer_seq2seq_lm_preprocessor import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.optimizers.fused_adam import FusedAdamW
 from attention_zoo_keras.registration import register
 

@@ -29,7 +29,7 @@ from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from attention_zoo_keras.models.transformer_xl.transformer_xl_causal_lm import TransformerXLCausalLM
-from attention_zoo_keras.models.transformer_xl.transformer_xl_preprocessor import TransformerXLCausalLMPreprocessor
+from attention_zoo_keras.models.transformer_xl.transformer_xl_causal_lm_preprocessor import TransformerXLCausalLMPreprocessor
 from attention_zoo_keras.models.transformer_xl.transformer_xl_tokenizer import TransformerXLTokenizer
 
 VOCABULARY_FILES = ("vocab.pkl", "vocab.bin")
