@@ -2,64 +2,20 @@
 "Transformers are RNNs: Fast Autoregressive Transformers with Linear
 Attention" (ICML 2020), eqs. 4–6, 8–12 and 16–20.
 
-Softmax attention's similarity exp(qᵀk/√d) is replaced by a kernel
-φ(q)ᵀφ(k) with a positive feature map φ (the paper's default, eq. 7:
-φ(x) = elu(x) + 1). Associativity then lets the sums over keys be computed
-once and shared by every query:
+Softmax's similarity exp(qᵀk/√d) becomes a kernel φ(q)ᵀφ(k) with a positive
+feature map (eq. 7: φ(x) = elu(x) + 1), so the sums over keys are shared by
+every query:
 
-    V'_i = φ(Q_i)ᵀ S / (φ(Q_i)ᵀ z + eps),
-    S = Σ_j φ(K_j) V_jᵀ   (key_dim × value_dim, per head),
-    z = Σ_j φ(K_j)        (key_dim, per head)
+    V'_i = φ(Q_i)ᵀ S / (φ(Q_i)ᵀ z + eps),   S = Σ_j φ(K_j) V_jᵀ,   z = Σ_j φ(K_j)
 
-in O(L·d²) time and O(d²) extra memory instead of O(L²). Under a causal
-mask the sums run over j ≤ i only, S_i = S_{i−1} + φ(K_i)V_iᵀ and
-z_i = z_{i−1} + φ(K_i): the Transformer is an RNN whose state is (S, z),
-which decodes one token at a time in constant memory
-(`linear_attention_step`).
+in O(L·d²) time instead of O(L²). Under a causal mask the sums run over
+j ≤ i — S_i = S_{i−1} + φ(K_i)V_iᵀ, z_i = z_{i−1} + φ(K_i) — so the model is
+an RNN whose state (S, z) decodes one token at a time in constant memory
+(`linear_attention_step`). As in the authors' `fast-transformers`: no 1/√d,
+`eps` once in the denominator, key-padding masks only.
 
-As in the authors' reference code (`fast-transformers` by Idiap:
-`LinearAttention`, `CausalLinearAttention`, `RecurrentLinearAttention`):
-
-* the feature map is applied to the raw queries and keys — there is no
-  1/√d scaling;
-* `eps` (1e-6) is added once to the denominator, after the dot product
-  φ(Q_i)ᵀz, and nowhere else: output = (φ(Q_i)ᵀS) · 1/(φ(Q_i)ᵀz + eps);
-* a key-padding mask multiplies φ(K_j) by 0, removing key j from both S and
-  z; any other (query, key) mask is not supported.
-
-**Causal form, chunked.** The sequence is cut into chunks of `chunk_size`
-positions (the last one padded with zero keys). Within a chunk the masked
-quadratic form (φ(Q)φ(K)ᵀ ⊙ lower-triangular) V is used; across chunks each
-chunk's summary (Σ φ(K_j)V_jᵀ, Σ φ(K_j)) is accumulated with an exclusive
-cumulative sum over the chunk axis, so query i sees its own chunk's earlier
-keys plus the state of all earlier chunks. No L×L matrix and no loop over
-the sequence: memory O(L·chunk + (L/chunk)·d²), time O(L·chunk·d + L·d²).
-
-**Masks.** Only key-padding masks (a boolean mask whose query axis has size
-1, i.e. broadcastable to `(batch, heads, 1, key_length)`) and `is_causal`
-are supported; a general (query, key) mask raises `ValueError`. This is a
-property of the method, not of this implementation: the sums S and z are
-shared by all queries.
-
-**Dropout.** The paper uses no attention dropout, and there is no attention
-matrix to drop entries of. `training=True` with `dropout_rate > 0` raises
-`ValueError` rather than being silently ignored, so that a model configured
-with attention dropout learns that it does not get it; set the attention
-dropout rate to 0 for linear attention (residual dropout is unaffected).
-
-**Precision.** Feature maps, sums and the division run in float32 for
-float16/bfloat16/float32 inputs (float64 inputs stay float64); the output
-has the query's dtype. The recurrent state should be kept in float32.
-
-**Decoding.** `RecurrentState` (registered as the "linear" decoding, see
-`decoding.DecodingCache`) makes the state `(S, z)` a layer's decoding cache:
-a multi-token prefill runs `causal_linear_attention(..., initial_state,
-return_state=True)`, each later token `linear_attention_step`. The cache has
-no `max_length` dimension, and every position must be fed exactly once.
-
-**Feature maps** are pluggable by name (`feature_map_names()`; register more
-with `register_feature_map`) or as any callable mapping `(..., d)` to
-`(..., d')` elementwise or not (the state's key dimension is then d').
+`docs/attention/linear.md` holds the whole description: the chunked causal
+form, masks, dropout, precision, decoding and feature maps.
 """
 
 import keras
@@ -181,8 +137,8 @@ def _normalised(numerator, denominator, eps):
 
 
 def check_no_attention_dropout(dropout_rate, training=True):
-    """Raises `ValueError` if attention dropout would be applied (see the
-    module docstring: linear attention has no probabilities to drop)."""
+    """Raises `ValueError` if attention dropout would be applied (see
+    `docs/attention/linear.md`: linear attention has no probabilities to drop)."""
     if dropout_rate and dropout_rate > 0.0 and training:
         raise ValueError(
             f"Linear attention has no attention probabilities to drop out (got dropout_rate="
@@ -301,7 +257,7 @@ def linear_attention(
 
     `V'_i = φ(Q_i)ᵀ Σ_j φ(K_j)V_jᵀ / (φ(Q_i)ᵀ Σ_j φ(K_j) + eps)`, the sums
     over all keys, or over keys `j ≤ i` with `is_causal` (computed by chunks,
-    see the module docstring). No 1/√d scaling.
+    see `docs/attention/linear.md`). No 1/√d scaling.
 
     Args:
         query: `(B, T, N, D)`.
@@ -312,7 +268,7 @@ def linear_attention(
             axis longer than 1 raises `ValueError`.
         is_causal: query `i` sees keys `j ≤ i`; needs `T == S`.
         dropout_rate: must be 0 when `training` (there are no attention
-            probabilities to drop); see the module docstring.
+            probabilities to drop); see `docs/attention/linear.md`.
         training: whether the call is in training mode.
         seed_generator: unused (the mechanism calling convention).
         feature_map: a name from `feature_map_names()` or a callable.
@@ -361,10 +317,14 @@ def causal_linear_attention(
     return_state=True)`, then `linear_attention_step` per new token.
 
     Args:
-        query, key: `(B, L, N, D)`; value: `(B, L, N, M)`.
+        query: `(B, L, N, D)`.
+        key: `(B, L, N, D)`.
+        value: `(B, L, N, M)`.
         attention_mask: optional key-padding mask broadcastable to
             `(B, N, 1, L)`; padded positions are left out of the state.
-        feature_map, eps, chunk_size: as in `linear_attention`.
+        feature_map: as in `linear_attention`.
+        eps: as in `linear_attention`.
+        chunk_size: as in `linear_attention`.
         initial_state: optional `(S, z)`, `(B, N, D', M)` and `(B, N, D')`
             (D' = the feature map's output size, D for elementwise maps).
         return_state: also return the final state.
@@ -411,10 +371,13 @@ def linear_attention_step(
     before. Gives the same outputs as the causal form, position by position.
 
     Args:
-        query, key: `(B, 1, N, D)`; value: `(B, 1, N, M)`.
+        query: `(B, 1, N, D)`.
+        key: `(B, 1, N, D)`.
+        value: `(B, 1, N, M)`.
         state: `(S, z)` from `linear_attention_initial_state`, a previous step
             or `causal_linear_attention(..., return_state=True)`.
-        feature_map, eps: as in `linear_attention`.
+        feature_map: as in `linear_attention`.
+        eps: as in `linear_attention`.
         key_mask: optional boolean `(B,)` or `(B, 1)`: `False` for rows whose
             new position is padding; their state is left unchanged.
 

@@ -1,62 +1,21 @@
 """Block-local attention — Parmar, Vaswani, Uszkoreit, Kaiser, Shazeer, Ku
-and Tran, 2018, "Image Transformer" (ICML 2018), §3.2 "Local Self-Attention".
+and Tran, 2018, "Image Transformer" (ICML 2018), §3.2; and the Reformer's
+local attention (Kitaev, Kaiser and Levskaya, 2020).
 
-Softmax attention (Vaswani et al., 2017) in which a query attends only to
-a *memory block* around the *query block* it belongs to:
+Softmax attention in which a query attends only to a memory around its
+query block of `b = block_size` positions: the block itself and
+`m = num_memory_blocks` blocks on each side (the left flank only under
+`is_causal`),
 
-    O_i = Σ_{j ∈ M(i)} softmax_j(q_i·k_j / √d + mask_ij) v_j
+    O_i = Σ_{j ∈ M(i)} softmax_j(q_i·k_j / √d + mask_ij) v_j,
+    M(i) = { j : k − m ≤ ⌊j/b⌋ ≤ k + m },   k = ⌊i/b⌋
 
-**Local 1D** (`local_attention`, registered as `"local"`). The sequence is
-cut into query blocks of `b = block_size` positions, block `k` holding
-positions `[k·b, (k+1)·b)`. Its memory is the block itself and
-`m = num_memory_blocks` neighbouring blocks on each side:
+The Reformer's variant adds `num_memory_blocks_after` and `cyclic=True`.
+Computed blockwise with `softmax_attention` (the fused kernel at inference),
+never as an L×L matrix: time O(B·N·L·M·d) with M = (m + 1 + a)·b.
 
-    M(i) = { j : k − m ≤ ⌊j/b⌋ ≤ k + m },              k = ⌊i/b⌋
-    M(i) = { j : k − m ≤ ⌊j/b⌋ ≤ k, j ≤ i }   (is_causal: left flank only)
-
-Positions outside the sequence are absent (masked), not wrapped. With
-`m = 1` and `is_causal` this is tensor2tensor's `masked_local_attention_1d`
-(each block sees itself, causally, and the previous block; t2t also falls
-back to a single block for sequences shorter than two blocks, which this
-does not); the paper's "memory of l_m positions generated before the query
-block" with `l_m = m·b`.
-
-**The Reformer's local attention** (Kitaev, Kaiser and Levskaya, 2020,
-"Reformer: The Efficient Transformer", ICLR 2020; trax's and transformers'
-`LocalSelfAttention`) is this with `num_memory_blocks_after` (its
-`local_num_chunks_after`; `num_memory_blocks` is `local_num_chunks_before`)
-and `cyclic=True`: block `k` sees blocks `k − m … k + a` counted modulo the
-number of blocks, so without causality the first block also sees the last
-one(s) (`M(i) = { j : ⌊j/b⌋ ≡ k + o (mod ⌈L/b⌉), −m ≤ o ≤ a }`). Causal with
-`a = 0` (its language models), wrapping changes nothing: the wrapped-in
-blocks are in the future. Its large negative logit (−1e9) for masked keys
-gives the same probabilities as an absent key for every query that sees at
-least one key.
-
-**Computation.** Blockwise, never an L×L matrix (`blocks.py`): queries are
-reshaped into `(batch·blocks, b, heads, d)`, each block's memory is
-assembled from shifted block slices, and the blocks are attended by
-`softmax_attention` under the window's boolean mask — the backend's fused
-kernel at inference, softmax attention's dropout while training. Lengths
-that are not a multiple of the block size are padded internally; padded
-keys are masked, padded queries are computed and dropped (their rows are
-left unmasked, so no row is fully masked and gradients stay finite). Cost,
-with `M = (m + 1 + a)·b` (causal `(m + 1)·b`): time O(B·N·L·M·d), memory
-O(B·N·L·M) for the logits and O(B·L·M·N·d) for the assembled keys and
-values.
-
-**Masks.** `attention_mask` (boolean, broadcastable to `(B, N, T, S)`) is
-intersected with the window, `effective = window ∧ mask`, gathered per
-memory slot (a key-padding mask in O(L·M)); entries outside the window have
-no effect. A real query left with no visible key gets what
-`softmax_attention` gives a fully masked row. Self-attention only: query
-and key lengths must be equal.
-
-**Decoding** (`get_decoding("local")`): a key/value cache; the new queries
-attend over it under their rows of `local_mask` — one row of the cache per
-new token, like softmax; never cyclically (as transformers' Reformer
-decoding, which attends to the last `local_num_chunks_before` chunks).
-Local 2D attention (`local_2d.py`) is the same idea on an image.
+`docs/attention/local.md` holds the whole description: the Reformer's
+variant, the computation, masks and decoding.
 """
 
 import numpy as np
@@ -122,16 +81,19 @@ def local_mask(
 
     Args:
         length: number of keys `L` (positions `0 … L − 1`).
-        block_size, num_memory_blocks, is_causal: as in `local_attention`.
+        block_size: as in `local_attention`.
+        num_memory_blocks: as in `local_attention`.
+        is_causal: as in `local_attention`.
         query_offset: absolute position of the first query row (an int or
             an int32 scalar tensor).
         query_length: number of query rows; defaults to `length`.
-        num_memory_blocks_after, cyclic: as in `local_attention`; with
-            `cyclic` the blocks are the `⌈L/b⌉` blocks of `L` positions,
-            counted modulo their number (`length` and `block_size` must
-            then be Python ints). Where a window holds one block more than
-            once (fewer blocks than the window has) `local_attention` counts
-            its keys as often; this pattern shows them once.
+        num_memory_blocks_after: as in `local_attention`.
+        cyclic: as in `local_attention`; with `cyclic` the blocks are the
+            `⌈L/b⌉` blocks of `L` positions, counted modulo their number
+            (`length` and `block_size` must then be Python ints). Where a
+            window holds one block more than once (fewer blocks than the
+            window has) `local_attention` counts its keys as often; this
+            pattern shows them once.
 
     Returns:
         `(query_length, length)` boolean. O(L²) memory for all rows: for

@@ -1,53 +1,18 @@
 """Local 2D attention — Parmar, Vaswani, Uszkoreit, Kaiser, Shazeer, Ku
-and Tran, 2018, "Image Transformer" (ICML 2018), §3.2 "Local Self-Attention":
-block-local softmax attention (`local.py`) on an image flattened into a
-sequence,
+and Tran, 2018, "Image Transformer" (ICML 2018), §3.2: block-local softmax
+attention (`local.py`) on an image of `image_shape = (H, W)` positions
+flattened into a sequence,
 
     O_i = Σ_{j ∈ M(i)} softmax_j(q_i·k_j / √d + mask_ij) v_j
 
-**Local 2D** (`local_attention_2d`, registered as `"local_2d"`). The
-sequence holds an image of `image_shape = (H, W)` positions. Query blocks
-are `block_shape = (b_h, b_w)` rectangles tiling the image from its top-left
-corner; the block with top-left pixel `(r₀, c₀)` has the memory rectangle
+Query blocks are `block_shape = (b_h, b_w)` rectangles; each attends to the
+rectangle around it widened by `memory_flange = (f_h, f_w)` (only the rows
+above and its own under `is_causal`, in the sequence order that `layout`
+names: raster, or the Image Transformer's block raster). Computed blockwise
+with `softmax_attention`: time O(B·N·L·M·d), M = (b_h + 2f_h)(b_w + 2f_w).
 
-    rows [r₀ − f_h, r₀ + b_h + f_h) × cols [c₀ − f_w, c₀ + b_w + f_w)
-    rows [r₀ − f_h, r₀ + b_h)       × cols [c₀ − f_w, c₀ + b_w + f_w)   (is_causal)
-
-with `memory_flange = (f_h, f_w)`: the paper's "memory blocks extending
-the query block to the top, left and right by h_m, w_m and again w_m
-pixels", i.e. (b_h + f_h) × (b_w + 2 f_w) under causality (tensor2tensor's
-`masked_local_attention_2d`: a top region f_h × (b_w + 2 f_w), a left region
-b_h × f_w and the query block itself) and (b_h + 2 f_h) × (b_w + 2 f_w)
-without (tensor2tensor's `local_attention_2d`). Pixels outside the image are
-absent (t2t pads with zeros and masks all-zero keys; here padding is masked
-by position, so a real all-zero key is still attended to). Under `is_causal` a query additionally sees only memory positions at
-or before itself *in the order of the sequence*, which `layout` names:
-
-* `layout="raster"` (default): position `r·W + c` holds pixel `(r, c)`.
-  Causal: rows above the query's, and its own row up to itself.
-* `layout="block_raster"`: the Image Transformer's generation order —
-  query blocks in raster order, pixels within a block in raster order
-  (needs `H % b_h == 0` and `W % b_w == 0`). Causal then equals
-  `masked_local_attention_2d` exactly: the top and left regions are
-  earlier blocks (all visible), the right flank beside the block is a later
-  block (hidden), and within the block the order is triangular.
-
-The two layouts differ only in the flanks beside the query block: in raster
-order the left flank below the query's row is in the future, and the right
-flank above it in the past. Use the layout the model's sequence (and its
-next-token targets) is actually in: a raster-order model with
-`layout="block_raster"` would see the future.
-
-**Computation.** Blockwise (`blocks.py`): each query block and its memory
-rectangle are gathered with indices precomputed in numpy (`_Geometry2D`)
-and attended by `softmax_attention` under the window's boolean mask
-(fused kernel at inference, softmax attention's dropout while training);
-pixels outside the image are masked keys or dropped queries. Cost, with
-`M = (b_h + 2f_h)(b_w + 2f_w)` (causal `(b_h + f_h)(b_w + 2f_w)`): time
-O(B·N·L·M·d), memory O(B·N·L·M) for the logits.
-
-**Masks.** `attention_mask` is intersected with the window, as in local 1D
-attention. Self-attention only. No incremental decoding.
+`docs/attention/local_2d.md` holds the whole description: the memory
+rectangles, the two layouts and causality, the computation and masks.
 """
 
 import numpy as np
@@ -212,7 +177,7 @@ def local_attention_2d(
     Query blocks of `block_shape` pixels attend to the block extended by
     `memory_flange = (f_h, f_w)` pixels to the top, left, right and (unless
     causal) bottom; with `is_causal` only to memory at or before the query in
-    the sequence order named by `layout`. See the module docstring. Equal to
+    the sequence order named by `layout`. See `docs/attention/local_2d.md`. Equal to
     softmax attention under `local_mask_2d(image_shape, block_shape,
     memory_flange, is_causal, layout)`.
 

@@ -1,109 +1,25 @@
 """LSH attention — Kitaev, Kaiser and Levskaya, 2020, "Reformer: The
-Efficient Transformer" (ICLR 2020), §2 "Locality-sensitive hashing
-attention" and §3 (shared-QK attention with its causal self-mask), as
-Hugging Face `transformers` implements it (`LSHSelfAttention`), which this
-reproduces exactly given the same random rotations.
+Efficient Transformer" (ICLR 2020), §2–3, as Hugging Face `transformers`
+implements it (`LSHSelfAttention`), which this reproduces exactly given the
+same random rotations.
 
-**Shared-QK attention.** Queries and keys are one projection (pass
-`key = query`). The keys are normalised to unit length,
+Queries and keys are one projection; keys are normalised, k̂_j ≈ k_j/‖k_j‖.
+In each hashing round r a random rotation R puts x in bucket
+h(x) = argmax([xR ; −xR]); the (round, position) pairs are sorted by bucket
+and cut into chunks of `chunk_length`, and each chunk attends to itself and
+its neighbouring chunks P_i^(r):
 
-    k̂_j = k_j / (√(mean(k_j²) + ε) · √d),   ε = 1e-6   (≈ k_j / ‖k_j‖),
+    o_i^(r) = Σ_{j ∈ P_i^(r)} exp(s_ij − z_i^(r)) v_j,   s_ij = q_i · k̂_j,
+    z_i^(r) = logsumexp_{j ∈ P_i^(r)} s_ij,
+    o_i     = Σ_r exp(z_i^(r) − logsumexp_r' z_i^(r')) o_i^(r)
 
-and the logit of query i and key j is `s_ij = q_i · k̂_j` — no further
-1/√d: transformers' `_len_and_dim_norm`.
+with s_ii = −10⁵ (a token attends to itself only when nothing else is
+allowed) and −10⁹ for pairs the causal or attention mask forbids. Time
+O(B·N·n_h·L·W·d) plus the sort, W = (1 + before + after)·chunk_length.
 
-**Hashing** (angular LSH, Andoni et al., 2015). With a random rotation
-`R ∈ ℝ^{d × b/2}` per head and hashing round, vector x falls into bucket
-
-    h(x) = argmax([x R ; −x R])   ∈ {0, …, b − 1}      (b = num_buckets, even)
-
-Factorised buckets, `num_buckets = [b₁, b₂, …]` (each even, b = Π b_f):
-one rotation of `Σ b_f / 2` columns, cut into consecutive pieces `R_f` of
-`b_f / 2` columns, and `h = h₁ + b₁·h₂ + b₁·b₂·h₃ + …` with
-`h_f = argmax([x R_f ; −x R_f])`. The shared vectors are hashed as they
-are (before normalisation).
-
-**Sort, chunk, attend.** Every hashing round r hashes all L positions;
-the `num_hashes · L` (round, position) pairs are sorted by `(round,
-bucket, position)` — transformers' `_stable_argsort` of `bucket + round ·
-buckets`, ties broken by position — and the sorted sequence is cut into
-chunks of `c = chunk_length` consecutive entries (chunks run on across
-round boundaries). Each chunk's queries attend to the keys of that chunk,
-the `num_chunks_before` chunks before it and the `num_chunks_after` after
-it, in sorted order and *circularly* (the first chunk of the first round
-looks back at the last chunk of the last round):
-
-    o_i^(r) = Σ_{j ∈ P_i^(r)} exp(s_ij − z_i^(r)) v_j,
-    z_i^(r) = logsumexp_{j ∈ P_i^(r)} s_ij
-
-with masks on the *original* positions of query and key: under
-`is_causal`, `s_ij = −10⁹` for j > i; keys the `attention_mask` forbids,
-`−10⁹`; and the **self-mask**, `s_ii = −10⁵` (§3: a shared-QK vector is
-nearly always closest to itself, so a token attends to itself only when
-nothing else is allowed, e.g. the first token under causality). The
-self-mask is applied last: it also overrides a padding mask on the
-diagonal, and it holds for every copy of position i in the window (the
-same position can appear once per round).
-
-**Rounds** (§2 "Multi-round LSH attention") are combined by their
-normalisers:
-
-    o_i = Σ_r exp(z_i^(r) − logsumexp_r' z_i^(r')) o_i^(r)
-
-i.e. one softmax over the union of the windows *with multiplicity*: a key
-found in k rounds counts k times (the paper's count correction N_{i,j} is
-not applied — as in transformers and trax).
-
-**Short sequences.** When `L ≤ chunk_length`, nothing is hashed: this is
-plain shared-QK attention over the whole sequence with the same masks
-(transformers' `do_standard_self_attention`); the rounds would all see the
-same keys anyway. Longer sequences must be a multiple of `chunk_length`
-(the Reformer model pads its inputs to one). A length unknown while
-tracing (a TensorFlow graph of any width) chooses between the two at run
-time (`ops.cond`); it needs `num_buckets`.
-
-**Padding.** transformers puts padding tokens into a bucket of their own
-(bucket `b`, after all real ones, in every round), so they sort to the end
-of each round and real tokens share chunks with real tokens; then
-attention to padded keys is masked (−10⁹). Here a key is *padding* when no
-query may attend to it under `attention_mask` — for a key-padding mask
-`(batch, 1, 1, L)` exactly its padding tokens; a general `(query, key)`
-mask is otherwise applied pair by pair, gathered at the original
-positions. (transformers numbers the round offsets `b` or `b + 1` apart
-depending on whether the batch holds any padding at all; the sort order,
-and so the result, is the same either way, so this always reserves the
-padding bucket and keeps shapes static.)
-
-**Rotations.** `rotations` has transformers' layout
-`(num_heads, head_dim, num_hashes, Σ b_f / 2)` (`lsh_rotations_shape`) and
-can be handed to both for a parity check. Without it they are drawn at
-every call: with the integer `seed` from numpy's generator seeded with it
-(the same rotations at every call and on every backend, like transformers'
-`config.hash_seed`, and the ones decoding uses; a constant under any
-tracing), or else with `keras.random.normal` from the calling layer's
-`seed_generator` (fresh rotations every call, like transformers without
-`hash_seed`). Neither reproduces torch's random stream. Inside a compiled
-JAX function, pass `seed`, a `seed_generator` or `rotations` (unseeded
-random ops cannot be traced).
-
-**Numerics.** Logits, masks, the normalisers and the combination of rounds
-are computed in float32 whatever the input dtype (with transformers'
-float32 mask values); the products with the values in the input dtype.
-The rotations are drawn in float32 and cast, so a seed hashes alike in
-every precision. One inherited quirk: a query whose only visible key is
-itself (the first token under causality) has logits at −10⁵, where
-float32 steps by 2⁻⁷, so with several rounds (or several copies of itself
-in the window) its normalisers `−10⁵ + log n` are rounded by up to 0.004
-and its output is its value scaled by 1 ± ~0.4% rather than exactly its
-value — transformers gives the same numbers, which parity keeps.
-
-**Incremental decoding** (`lsh_decoding.LSHDecodingCache`, the "lsh"
-decoding cache) follows transformers' Reformer generating with
-`past_buckets_states`; LSH attention does not decompose causally, so it is
-*not* the full pass over the whole sequence.
-
-Cost with W = (1 + num_chunks_before + num_chunks_after)·c: time
-O(B·N·n_h·L·W·d) plus the sort, memory O(B·N·n_h·L·(W + d)).
+`docs/attention/lsh.md` holds the whole description: factorised buckets,
+the sort and its circular chunks, short sequences, padding, rotations and
+seeds, numerics, decoding.
 """
 
 import functools
@@ -326,7 +242,7 @@ def lsh_attention(
 ):
     """Reformer LSH self-attention over `(batch, length, num_heads, head_dim)`,
     equal to transformers' `LSHSelfAttention` (before its output
-    projection) given the same rotations. See the module docstring.
+    projection) given the same rotations. See `docs/attention/lsh.md`.
 
     Args:
         query: `(B, L, N, D)`; the Reformer's shared query/key vectors.
@@ -355,8 +271,10 @@ def lsh_attention(
         chunk_length: entries of the sorted sequence per chunk; `L` must
             be a multiple of it, or at most it (then plain shared-QK
             attention, no hashing).
-        num_chunks_before, num_chunks_after: neighbouring chunks (in sorted
-            order) each chunk also attends to.
+        num_chunks_before: earlier neighbouring chunks (in sorted order)
+            each chunk also attends to.
+        num_chunks_after: later neighbouring chunks (in sorted order) each
+            chunk also attends to.
         rotations: `(N, D, num_hashes, Σ b_f / 2)` random rotations
             (`lsh_rotations_shape`), transformers' layout; a layer passes
             them per call through `mechanism_arguments={"rotations": r}`.

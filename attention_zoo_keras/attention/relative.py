@@ -1,61 +1,21 @@
 """Relative position attention — Shaw, Uszkoreit and Vaswani, 2018,
 "Self-Attention with Relative Position Representations" (NAACL 2018),
-eqs. 3–5; with the memory-efficient "skew" of Huang et al., 2019,
-"Music Transformer: Generating Music with Long-Term Structure" (ICLR 2019),
-§3.4.1.
+eqs. 3–5; with the memory-efficient "skew" of Huang et al., 2019, "Music
+Transformer" (ICLR 2019), §3.4.1.
 
-Each (query, key) pair gets learned embeddings of their clipped distance,
-shared across the batch:
+Each (query, key) pair gets learned embeddings of their clipped distance:
 
     a^K_ij = w^K_{clip(j − i, −k, k)},   a^V_ij = w^V_{clip(j − i, −k, k)}
     e_ij   = (q_i · k_j + q_i · a^K_ij) / √d
     α_ij   = softmax_j(e_ij + M_ij)
     out_i  = Σ_j α_ij (v_j + a^V_ij)          (the a^V term is optional)
 
-where `M` is 0 where query i may attend to key j and −∞ where it may not
-(padding, the future under a causal mask), and `k` is the clipping distance.
-The tables w^K, w^V have `2k + 1` rows, row `r` for distance `r − k`; they
-are shared by all heads, `(2k + 1, head_dim)`, or one per head,
-`(num_heads, 2k + 1, head_dim)`.
+with tables of `2k + 1` rows shared by all heads or one per head. Computed
+without an L×L×d tensor: O(L·min(k, L)) extra memory per batch and head (a
+gather), and under a causal mask Music Transformer's skew, O(L·d).
 
-**Without an L×L×d tensor.** Building a^K_ij explicitly costs O(L²·d)
-memory. Instead, the queries are multiplied with the whole table once,
-`q · wᵀ` → `(batch, heads, L, 2k + 1)`, and each logit picks its column by
-the clipped distance (a gather). The value term is the transpose: the
-probabilities are summed into the 2k + 1 distance buckets — the 2k − 1
-interior distances are diagonals of α (a gather), the two clipped ends are
-masked row sums — giving `(batch, heads, L, 2k + 1)`, which multiplies the
-table. Only the distances that can occur are used (at most 2L − 1, and
-none of the future's under a causal mask), so the extra memory is
-O(L·min(k, L)) per batch and head, plus an L×L index.
-
-**Causal: the skew.** Under a causal mask only distances −(L−1)…0 occur.
-With `E_r`, the relative embeddings of those distances (row `r` for distance
-`r − (L − 1)`), the relative logits are
-
-    S_rel[i, j] = q_i · E_r[j − i + L − 1]      (j ≤ i)
-
-`skewed_relative_logits` computes them from `Q E_rᵀ` `(batch, heads, L, L)`
-(row i, column r: q_i · E_r[r]): pad one zero column on the left → (L, L+1),
-reshape to (L+1, L), drop the first row. Every entry moves to its place by a
-reshape, so the relative term needs O(L·d) memory (E_r) beyond the L×L
-logits every attention has. The causal self-attention path
-(`is_causal=True`, equal query and key lengths) gathers E_r from the clipped
-table (`E_r[r] = w^K_{clip(r − (L−1), −k, k)}`) and uses the skew; with a
-table of `L` or more distances (k ≥ L − 1) this is Music Transformer's
-unclipped relative attention.
-
-**Positions.** Query i sits at absolute position `i + query_offset`, key j at
-`j`. `query_offset` defaults to `key_length − query_length` (the last query
-is aligned with the last key, as `causal_mask` does); incremental decoding
-into a fixed-size key/value cache passes the write position. Any query
-offset other than the default, or lengths unknown at trace time, takes the
-gather path (correct for every case; the skew needs a square, aligned
-problem).
-
-**Dropout** drops the attention probabilities (inverted dropout,
-`keras.random.dropout` with the given seed generator) before both the value
-and the a^V terms, as in the authors' tensor2tensor code.
+`docs/attention/relative.md` holds the whole description: the gather and
+skew paths, positions and query offsets, dropout.
 """
 
 import math

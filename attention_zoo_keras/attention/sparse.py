@@ -1,84 +1,20 @@
 """Sparse factorised attention — Child, Gray, Radford and Sutskever, 2019,
 "Generating Long Sequences with Sparse Transformers", §4.2–4.3.
 
-Softmax attention in which query `i` attends only to a set `S_i` of keys:
+Softmax attention in which query `i` attends only to a set `S_i` of keys,
 
-    O_i = Σ_{j ∈ S_i} softmax_j(q_i·k_j / √d) v_j
+    O_i = Σ_{j ∈ S_i} softmax_j(q_i·k_j / √d) v_j,
 
-`S_i` is built from two factor patterns `A⁽¹⁾` ("a") and `A⁽²⁾` ("b") with
-stride `l` (chosen near √L in the paper), each intersected with `j ≤ i`
-(the Sparse Transformer is autoregressive):
+built from two factors with stride `l`, each intersected with `j ≤ i`:
+`pattern="strided"`, the previous l positions and every l-th position back;
+`pattern="fixed"`, the query's own block and the last `c` "summary" cells of
+every block. `combine` merges the factors in every head or spreads them over
+heads. Computed blockwise, never as a masked L×L matrix: O(L·(2l + L/l))
+time·d and memory for strided, O(L·√L) at l ≈ √L.
 
-* `pattern="strided"` (§4.2, images and other data with a periodic
-  structure):
-      A⁽¹⁾_i = { t, t+1, …, i },  t = max(0, i − l)   — the previous l positions
-      A⁽²⁾_i = { j : (i − j) mod l = 0 }               — every l-th position back
-  (the formula's `A⁽¹⁾` has l + 1 elements; OpenAI's reference code uses the
-  band i − l < j ≤ i. The difference, j = i − l, lies in `A⁽²⁾`, so the
-  merged pattern is the same either way.)
-* `pattern="fixed"` (§4.2, text):
-      A⁽¹⁾_i = { j : ⌊j/l⌋ = ⌊i/l⌋ }                   — the query's own block
-      A⁽²⁾_i = { j : j mod l ∈ {l − c, …, l − 1} }     — the last c cells of every
-                                                         block, the "summary" cells
-  with `1 ≤ c ≤ l` (the paper uses c ∈ {8, 16, 32} for l ∈ {128, 256}). With
-  `j ≤ i`, `A⁽²⁾` holds the summary cells of every earlier block and those of
-  the query's own block up to the query.
-
-`combine` chooses how the factors become heads (§4.3):
-
-* `"merged"` (default): every head attends to `A⁽¹⁾ ∪ A⁽²⁾` ("merged head"
-  attention).
-* `"heads"`: the factors alternate over heads — head `h` attends to
-  `A⁽¹⁾` for even `h` and `A⁽²⁾` for odd `h` (the multi-head variant with
-  separate patterns per head).
-* `"a"` / `"b"`: only `A⁽¹⁾` / only `A⁽²⁾` in every head. Interleaving the
-  factors over residual blocks (eq. 2, `attend(X, A^(r mod p))`) is
-  `combine="a"` in even layers and `"b"` in odd ones.
-
-`sparse_mask(length, pattern, stride, c)` returns these sets as a dense
-boolean matrix.
-
-**Non-causal use** (`is_causal=False`) is an extension, not in the paper:
-the same sets without `j ≤ i`, the strided window made symmetric,
-`|i − j| ≤ l`. Fixed is then "own block ∪ the summary cells of all blocks".
-
-**Computation: blockwise, not a masked L×L matrix.** The sequence is cut
-into blocks of `l` positions (padded at the end, padded keys masked) and
-each query block's keys are assembled in two parts whose logits are
-concatenated into one softmax:
-
-* near keys — strided: the previous and current block (and the next when
-  non-causal), which hold `A⁽¹⁾_i`; fixed: the query's own block;
-* far keys — strided: the query's column `j ≡ i (mod l)` of the sequence
-  read as an `(L/l) × l` matrix, i.e. a second attention along the
-  transposed axis; fixed: the `c` summary cells of every block.
-
-A far key that is also a near key is masked in the far part, so no key is
-counted twice. Cost per head and batch element: strided O(L·(2l + L/l))
-time·d and memory — O(L·√L) at l ≈ √L; fixed O(L·(l + c·L/l)). The far
-logits are computed for every block, including the masked future, so the
-constant is about twice the minimum; there is no block-sparse kernel.
-
-**Masks.** `attention_mask` (boolean, broadcastable to `(B, N, T, S)`) is
-intersected with the pattern. A key-padding mask is gathered per key slot;
-a general (query, key) mask the same way from its entries inside the
-pattern's parts (entries outside have no effect).
-
-**Empty sets.** A query whose set is empty — with `combine="heads"` or
-`"b"` and the fixed pattern, the positions of the first block before its
-first summary cell; or any row emptied by `attention_mask` — attends to
-nothing and outputs 0 (softmax over an empty set is undefined; a uniform
-average over masked slots would mix in future keys).
-
-**Dropout.** The probabilities are computed explicitly (this is an einsum
-path on every backend) and dropped out with `keras.random.dropout` — the
-same as `softmax_attention`'s einsum path. There is no fused kernel, on
-torch either.
-
-**Restrictions.** Self-attention only: query and key lengths must be equal.
-**Decoding.** Token by token with a key/value cache
-(`get_decoding("sparse")`): the new queries attend over the cache under
-their rows of `sparse_mask` (dense over the cache, like softmax).
+`docs/attention/sparse.md` holds the whole description: the exact sets,
+`combine`, the non-causal extension, the blockwise computation, masks, empty
+sets, dropout and decoding.
 """
 
 import math
@@ -170,7 +106,7 @@ def sparse_mask(
 
     Args:
         length: sequence length `L` (key positions `0 … L − 1`).
-        pattern: `"strided"` or `"fixed"` (see the module docstring).
+        pattern: `"strided"` or `"fixed"` (see `docs/attention/sparse.md`).
         stride: `l`.
         c: summary cells per block (`"fixed"` only).
         combine: `"merged"` (A⁽¹⁾ ∪ A⁽²⁾), `"a"`, `"b"` → `(L, L)`;
@@ -227,7 +163,7 @@ def sparse_attention(
 
     Equal to softmax attention under `sparse_mask(L, pattern, stride, c,
     combine, is_causal, num_heads)` (intersected with `attention_mask`),
-    computed blockwise; see the module docstring. Pass `is_causal=True` for
+    computed blockwise; see `docs/attention/sparse.md`. Pass `is_causal=True` for
     the paper's autoregressive patterns.
 
     Args:
@@ -237,7 +173,7 @@ def sparse_attention(
         attention_mask: boolean, broadcastable to `(B, N, L, L)`;
             intersected with the pattern.
         is_causal: intersect the pattern with `j ≤ i` (the paper's setting);
-            without it, the non-causal extension of the module docstring.
+            without it, the non-causal extension in `docs/attention/sparse.md`.
         dropout_rate: dropout on the attention probabilities while training.
         training: whether dropout is active.
         seed_generator: a `keras.random.SeedGenerator` for the dropout.

@@ -133,13 +133,16 @@ def xl_attention(
         is_causal: also forbid keys after the query's position. The
             table holds no negative distances: without causality, later
             keys are scored as distance 0.
-        dropout_rate, training, seed_generator: dropout on the attention
-            probabilities while training.
+        dropout_rate: dropout on the attention probabilities while
+            training.
+        training: whether dropout applies.
+        seed_generator: the dropout's random seed generator.
         position_keys: `(R, N, H)`, the projected encodings of distances
             `0 … R − 1` (row d for distance d; longer distances use the
             last row); with `R = S` and no `query_offset` the relative
             shift applies.
-        content_bias, position_bias: u and v, `(N, H)`.
+        content_bias: u, `(N, H)`.
+        position_bias: v, `(N, H)`.
         query_offset: absolute position of the first query; defaults to
             `S − T` (the last query is aligned with the last key).
 
