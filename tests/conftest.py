@@ -63,12 +63,12 @@ TINY_WORDS = (
     "good great fine excellent wonderful bad awful poor boring dull long short cat dog sat "
     "on mat man eating food riding horse new awesome music play"
 ).split()
-TINY_VOCABULARY = (
+TINY_VOCABULARY = list(dict.fromkeys(  # each token once ("a" is a letter and a word)
     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "'"]
     + [chr(c) for c in range(ord("a"), ord("z") + 1)]
     + ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)]
     + TINY_WORDS
-)
+))
 TINY_BERT = dict(
     vocab_size=len(TINY_VOCABULARY),
     hidden_size=32,
@@ -108,7 +108,9 @@ def tiny_bert_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_bert")
     vocabulary_file = root / "vocab.txt"
     vocabulary_file.write_text("\n".join(TINY_VOCABULARY) + "\n")
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocabulary_file), do_lower_case=True)
+    # from_pretrained reads vocab.txt alike in transformers 4 and 5 (5 ignores `vocab_file=`: every word was [UNK]).
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(str(root), do_lower_case=True)
+    assert tokenizer.convert_tokens_to_ids(TINY_VOCABULARY) == list(range(len(TINY_VOCABULARY)))
     torch.manual_seed(0)
     models = {
         "model": transformers.BertModel(transformers.BertConfig(**TINY_BERT)),
