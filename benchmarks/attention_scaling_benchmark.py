@@ -58,33 +58,42 @@ them (short sequences are dominated by fixed per-call costs).
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/attention_scaling_benchmark.py
-    KERAS_BACKEND=jax python benchmarks/attention_scaling_benchmark.py --tiny   # seconds-long smoke run
+    KERAS_BACKEND=jax python -m benchmarks.attention_scaling_benchmark
+    KERAS_BACKEND=jax python -m benchmarks.attention_scaling_benchmark --tiny   # seconds-long smoke run
 """
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import fmt_load  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import load_average  # noqa: E402
-from timing import peak_rss  # noqa: E402
-from timing import reset_peak_rss  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.plots import add_plot_arguments
+from benchmarks.plots import check_plot_arguments
+from benchmarks.plots import figure_rows
+from benchmarks.plots import load_payloads
+from benchmarks.plots import log_log_panels
+from benchmarks.plots import save_figure
+from benchmarks.sweep import add_worker_arguments
+from benchmarks.sweep import extrapolate
+from benchmarks.sweep import fit_exponent
+from benchmarks.sweep import run_worker
+from benchmarks.timing import call_memory
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import limit_threads
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
+MODULE = "benchmarks.attention_scaling_benchmark"  # what a point's worker process runs
 MECHANISMS = ("softmax", "linear", "local", "relative")
 MODES = ("forward", "forward_backward")
 DEFAULT_LENGTHS = [512 * 2**i for i in range(6)]  # 512 … 16384
@@ -126,13 +135,8 @@ def parse_args(argv=None):
     parser.add_argument("--backend-label", default=None, help="label of this run (default: the backend's name)")
     parser.add_argument("--tiny", action="store_true", help="seconds-long smoke run: L 128, 256, 1 repeat, in-process")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
-    parser.add_argument("--plot", default=None, help="save a log-log plot (time, memory) to this PNG")
-    parser.add_argument(
-        "--replot", nargs="+", default=None, metavar="JSON",
-        help="only plot: draw the results of these JSON files (one row per file) to --plot",
-    )
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-output", default=None, help=argparse.SUPPRESS)
+    add_plot_arguments(parser, "time, memory")
+    add_worker_arguments(parser)
     args = parser.parse_args(argv)
     if args.tiny:
         args.lengths = args.lengths or TINY_LENGTHS
@@ -144,8 +148,7 @@ def parse_args(argv=None):
     unknown = sorted(set(args.mechanisms) - set(MECHANISMS)) + sorted(set(args.modes) - set(MODES))
     if unknown:
         parser.error(f"unknown mechanisms or modes: {', '.join(unknown)}")
-    if args.replot and not args.plot:
-        parser.error("--replot needs --plot PATH")
+    check_plot_arguments(parser, args)
     return args
 
 
@@ -270,30 +273,10 @@ def backend_call(backend, function, arrays, mode, limit_bytes):
 
 def measure_memory(backend, call):
     """Runs `call` once and measures its peak memory: `{"peak_bytes",
-    "peak_rss_bytes", "memory_method"}`.
-
-    `peak_rss_bytes` is the process's peak resident memory during the call
-    above its resident size before (`timing.reset_peak_rss`). That is the
-    measure (`peak_bytes`) on JAX and torch, whose CPU buffers come from
-    malloc and go back to the kernel when freed. TensorFlow's CPU allocator
-    keeps freed memory in its own pool, so after the warm-up call the RSS
-    barely moves; there `peak_bytes` is the allocator's own peak during the
-    call above its use before (`tf.config.experimental.reset_memory_stats`
-    and `get_memory_info("CPU:0")`)."""
-    allocator = None
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        allocator = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    baseline, method = reset_peak_rss()
-    call()
-    measured = {"peak_rss_bytes": max(0, peak_rss() - baseline), "memory_method": method}
-    measured["peak_bytes"] = measured["peak_rss_bytes"]
-    if allocator is not None:
-        measured["peak_bytes"] = max(0, tf.config.experimental.get_memory_info("CPU:0")["peak"] - allocator)
-        measured["memory_method"] = "TensorFlow CPU allocator peak (get_memory_info)"
-    return measured
+    "peak_rss_bytes", "memory_method"}` (`timing.call_memory`: the resident
+    set size on JAX and torch, TensorFlow's CPU allocator's peak there)."""
+    measured = call_memory(backend, call)
+    return {key: measured[key] for key in ("peak_rss_bytes", "memory_method", "peak_bytes")}
 
 
 def run_point(spec):
@@ -341,10 +324,7 @@ def run_point(spec):
 def worker_main(args):
     """`--worker SPEC`: one point in this (fresh) process; the result as JSON
     to `--worker-output`."""
-    limit_threads(args.threads)
-    import keras
-
-    apply_backend_threads(keras.backend.backend(), args.threads)
+    start_backend(args.threads)
     result = run_point(json.loads(args.worker))
     with open(args.worker_output, "w") as f:
         json.dump(result, f)
@@ -353,58 +333,21 @@ def worker_main(args):
 
 def run_in_subprocess(spec, args):
     """Runs one point in a fresh Python process; its result dict."""
-    with tempfile.TemporaryDirectory() as directory:
-        output = os.path.join(directory, "result.json")
-        command = [
-            sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec),
-            "--worker-output", output, "--threads", str(args.threads),
-        ]
-        try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=args.point_timeout)
-        except subprocess.TimeoutExpired:
-            return {"status": "failed", "reason": f"timed out after {args.point_timeout:.0f} s"}
-        if completed.returncode != 0 or not os.path.exists(output):
-            tail = (completed.stdout + completed.stderr)[-2000:]
-            return {"status": "failed", "reason": f"worker exited {completed.returncode}", "output_tail": tail}
-        with open(output) as f:
-            return json.load(f)
+    run = run_worker(MODULE, spec, args.threads, args.point_timeout, tail_chars=2000)
+    if run["timed_out"]:
+        return {"status": "failed", "reason": f"timed out after {args.point_timeout:.0f} s"}
+    if run["returncode"] != 0 or run["result"] is None:
+        return {"status": "failed", "reason": f"worker exited {run['returncode']}", "output_tail": run["tail"]}
+    return run["result"]
 
 
-# --------------------------------------------------------------------------- fits and predictions
-
-
-def fit_exponent(points):
-    """Least-squares slope of log(y) against log(L) over `[(L, y), …]` with
-    y > 0; None with fewer than two such points."""
-    points = [(x, y) for x, y in points if y and y > 0]
-    if len(points) < 2:
-        return None
-    xs = [math.log(x) for x, _ in points]
-    ys = [math.log(y) for _, y in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
+# --------------------------------------------------------------------------- fits
 
 
 def upper_half(points):
     """The longer half of the measured points (at least two, if there are)."""
     points = sorted(points)
     return points[len(points) // 2 :] if len(points) >= 4 else points[-2:]
-
-
-def extrapolate(points, length):
-    """Predicted y at `length` from the last two measured `(L, y)` points on
-    a log-log line (slope clamped to [1, 2]); from one point, slope 2; None
-    without any."""
-    points = [(x, y) for x, y in sorted(points) if y and y > 0]
-    if not points:
-        return None
-    slope = 2.0
-    if len(points) >= 2:
-        (x0, y0), (x1, y1) = points[-2:]
-        slope = min(2.0, max(1.0, math.log(y1 / y0) / math.log(x1 / x0)))
-    x, y = points[-1]
-    return y * (length / x) ** slope
 
 
 def exponents(results, mechanism, mode):
@@ -426,14 +369,9 @@ def exponents(results, mechanism, mode):
 def plot(payloads, path):
     """Log-log time and memory against L, one row per run (backend),
     a colour per mechanism, solid forward and dashed forward+backward."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colours = {"softmax": "tab:blue", "linear": "tab:green", "local": "tab:orange", "relative": "tab:red"}
     styles = {"forward": ("-", "o"), "forward_backward": ("--", "s")}
-    figure, axes = plt.subplots(len(payloads), 2, figsize=(12, 4.2 * len(payloads)), squeeze=False)
+    plt, figure, axes = figure_rows(len(payloads))
     for row, payload in zip(axes, payloads):
         results = payload["results"]
         for mechanism in payload["mechanisms"]:
@@ -452,17 +390,9 @@ def plot(payloads, path):
                 row[0].plot(lengths, [m[1] * 1e3 for m in measured], **kwargs)
                 row[1].plot(lengths, [max(m[2], 1) / MIB for m in measured], **kwargs)
         title = f"{payload['label']}: 1 × L × {payload['num_heads']} heads × {payload['head_dim']}, causal, float32"
-        for axis, what in zip(row, ("time per call (ms, median)", "peak memory of one call (MiB)")):
-            axis.set_xscale("log", base=2)
-            axis.set_yscale("log")
-            axis.set_xlabel("sequence length L")
-            axis.set_ylabel(what)
-            axis.set_title(title, fontsize=9)
-            axis.grid(True, which="both", alpha=0.3)
+        log_log_panels(row, ("time per call (ms, median)", "peak memory of one call (MiB)"), "sequence length L", title)
         row[0].legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(plt, figure, path)
 
 
 # --------------------------------------------------------------------------- main
@@ -530,11 +460,7 @@ def main(argv=None):
     if args.worker:
         return worker_main(args)
     if args.replot:
-        payloads = []
-        for path in args.replot:
-            with open(path) as f:
-                payloads.append(json.load(f))
-        plot(payloads, args.plot)
+        plot(load_payloads(args.replot), args.plot)
         print(f"plot: {args.plot}")
         return 0
 
@@ -551,22 +477,19 @@ def main(argv=None):
         "repeats": args.repeats,
     }
     if args.in_process:
-        import keras
-
-        backend = keras.backend.backend()
-        apply_backend_threads(backend, args.threads)
+        backend, _ = start_backend(args.threads)
     else:
         backend = os.environ.get("KERAS_BACKEND", "(Keras default)")
     label = args.backend_label or backend
     print(f"# attention scaling benchmark, backend={label}")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads: {args.threads}")
+    print(cpu_line(args.threads))
     print(
         f"shapes: batch 1 x L x {args.num_heads} heads x {args.head_dim}, float32, causal; lengths "
         f"{', '.join(map(str, args.lengths))}; warmup {spec_base['warmup']}, repeats {args.repeats} (median); "
         f"{'in this process' if args.in_process else 'a fresh process per point'}; memory limit "
         f"{args.memory_limit_gib:g} GiB"
     )
-    print(f"load average at the start (1, 5, 15 min): {fmt_load(load_start)}")
+    print(load_line("start", load_start))
     sys.stdout.flush()
 
     results = []
@@ -627,12 +550,10 @@ def main(argv=None):
         "exponents": {m: {mode: exponents(results, m, mode) for mode in args.modes} for m in args.mechanisms},
     }
     print_tables(payload)
-    print(f"\nversions: python {payload['python']}; " + ", ".join(f"{k} {v}" for k, v in payload["versions"].items()))
-    print(f"load average at the end (1, 5, 15 min): {fmt_load(payload['load_average_end'])}")
+    print("\nversions: " + fmt_versions(payload["versions"]))
+    print(load_line("end", payload["load_average_end"]))
     print(f"elapsed: {payload['elapsed_s']:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+    write_json(args.json, payload)
     if args.plot:
         plot([payload], args.plot)
         print(f"plot: {args.plot}")

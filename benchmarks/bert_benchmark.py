@@ -2,7 +2,7 @@
 Hugging Face transformers'), in one process, on the same inputs.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
-backend (benchmarks/run_bert_benchmark.sh does all three). Weights are random:
+backend (``bash benchmarks/run.sh bert`` does all three). Weights are random:
 nothing is downloaded. On torch, ``--device`` picks the device (``auto``:
 CUDA when torch sees a GPU, else the CPU): Keras is pointed at it with
 ``KERAS_TORCH_DEVICE`` and the transformers models are moved there. JAX and
@@ -99,34 +99,37 @@ precision (``peak_flops``; ``timing.PEAK_RATES``, or ``--peak-tflops``).
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/bert_benchmark.py --batch-size 8 --seq-len 128
-    KERAS_BACKEND=torch python benchmarks/bert_benchmark.py --batch-size 32 --dtype bfloat16 \\
+    KERAS_BACKEND=jax python -m benchmarks.bert_benchmark --batch-size 8 --seq-len 128
+    KERAS_BACKEND=torch python -m benchmarks.bert_benchmark --batch-size 32 --dtype bfloat16 \\
         --contenders ours,transformers,transformers_compiled   # on a GPU
 """
 
 import argparse
 import gc
-import json
 import os
-import platform
-import statistics
 import sys
 import time
-import traceback
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import choose_torch_device  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import device_description  # noqa: E402
-from timing import device_synchronizer  # noqa: E402
-from timing import fmt_ms  # noqa: E402
-from timing import fmt_percent  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import paired_ratio  # noqa: E402
-from timing import peak_rates  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.contenders import record_failure
+from benchmarks.contenders import ratio_cells
+from benchmarks.contenders import select_contenders
+from benchmarks.contenders import summarise
+from benchmarks.contenders import time_interleaved
+from benchmarks.contenders import timed_call
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import device_description
+from benchmarks.timing import device_synchronizer
+from benchmarks.timing import fmt_ms
+from benchmarks.timing import fmt_percent
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import peak_rates
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
 BERT_BASE = dict(
     vocabulary_size=30522,
@@ -478,22 +481,14 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
 
 def main(argv=None):
     args = parse_args(argv)
-    limit_threads(args.threads)
-    device = choose_torch_device(args.device)
+    backend, device = start_backend(args.threads, args.device)
 
     import keras
 
-    backend = keras.backend.backend()
-    apply_backend_threads(backend, args.threads)
-    if backend != "torch" and args.device != "auto":
-        raise SystemExit(f"--device {args.device} is for the torch backend; {backend} runs on its default device")
     if backend != "torch" and args.outputs != "numpy":
         raise SystemExit(f"--outputs {args.outputs} is for the torch backend")
     label = args.backend_label or backend
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = sorted(set(contenders) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
+    contenders = select_contenders(args.contenders, CONTENDERS)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if backend != "torch":
         contenders = [name for name in contenders if name not in TORCH_ONLY]
@@ -512,14 +507,14 @@ def main(argv=None):
     print(f"# {size} benchmark, backend={label}, {precision}")
     print(f"device: {description}")
     print(f"peak for MFU: {f'{peak / 1e12:g} TFLOP/s' if peak else '-'} ({peak_source})")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
-    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(cpu_line(args.threads, per_library=True))
+    print(fmt_versions(versions(backend)))
     print(
         f"shapes: batch {args.batch_size} x seq_len {args.seq_len} "
         f"({int(inputs['padding_mask'].sum())} of {inputs['padding_mask'].size} tokens unpadded); "
         f"warmup {args.warmup}, repeats {args.repeats} (median reported); inference outputs {args.outputs}"
     )
-    print(f"load average at the start (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(load_line("start"))
     sys.stdout.flush()
 
     results = {name: {} for name in contenders}  # contender -> mode -> {...}, or {"error": ...} where it failed
@@ -530,18 +525,13 @@ def main(argv=None):
     }
 
     def fail(name, mode, error):
-        results[name][mode] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        results[name][mode] = {}  # what was recorded before goes: the error replaces it
+        record_failure(results[name][mode], error, f"[{name}] {mode}")
         steps.pop(name, None)
-        print(f"\n[{name}] {mode} FAILED:\n{results[name][mode]['traceback']}")
-        sys.stdout.flush()
 
     def timed(step):
         """`(output, wall seconds, process CPU seconds)` of one call, the device's work included."""
-        synchronize()
-        cpu_start, start = time.process_time(), time.perf_counter()
-        out = step()
-        synchronize()
-        return out, time.perf_counter() - start, time.process_time() - cpu_start
+        return timed_call(step, synchronize)
 
     for mode in modes:
         print(f"\n## {mode}, dtype policy {keras_dtype(args.dtype, mode)}")
@@ -581,24 +571,13 @@ def main(argv=None):
                 sys.stdout.flush()
             except Exception as error:
                 fail(name, mode, error)
-        names = list(steps)
-        for repeat in range(args.repeats):
-            shift = repeat % max(len(names), 1)
-            for name in names[shift:] + names[:shift]:
-                if name not in steps:
-                    continue
-                try:
-                    _, wall, cpu = timed(steps[name])
-                except Exception as error:
-                    fail(name, mode, error)
-                    continue
-                results[name][mode]["times_s"].append(wall)
-                results[name][mode]["cpu_s"].append(cpu)
+        time_interleaved(
+            steps, args.repeats, lambda name: timed(steps[name])[1:], lambda name: results[name][mode],
+            lambda name, error: fail(name, mode, error),
+        )
         for name in steps:
             entry = results[name][mode]
-            entry["median_s"] = statistics.median(entry["times_s"])
-            entry["min_s"] = min(entry["times_s"])
-            entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+            summarise(entry)
             entry["tflops"] = step_flops[mode] / entry["median_s"] / 1e12
             entry["mfu"] = entry["tflops"] * 1e12 / peak if peak else None
             print(
@@ -637,14 +616,7 @@ def main(argv=None):
             e = entry[mode]
             cells.append(f"{e['first_call_s']:.2f}")
             cells += [fmt_ms(e[k]).strip() for k in ("median_s", "min_s", "cpu_median_s")]
-            ours = results.get("ours", {}).get(mode, {})
-            if "median_s" in ours:
-                cells.append(f"{e['median_s'] / ours['median_s']:.2f}")
-                cells.append(f"{e['min_s'] / ours['min_s']:.2f}")
-                e["paired_ratio"] = paired_ratio(e["times_s"], ours["times_s"])
-                cells.append(f"{e['paired_ratio']:.2f}")
-            else:
-                cells += ["-", "-", "-"]
+            cells += ratio_cells(e, results.get("ours", {}).get(mode))
             cells += [f"{e['tflops']:.3g}", fmt_percent(e["mfu"])]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(
@@ -664,7 +636,7 @@ def main(argv=None):
                   if "optimizer" in entry.get("training", {})]
     if optimizers:
         print(f"training optimizers (learning rate {LEARNING_RATE:g}): " + "; ".join(optimizers))
-    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(load_line("end"))
 
     if args.json:
         payload = {
@@ -685,11 +657,10 @@ def main(argv=None):
             "model_flops": step_flops,
             "peak_flops": peak,
             "peak_source": peak_source,
-            "load_average_end": os.getloadavg(),
+            "load_average_end": load_average(),
             "results": results,
         }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(args.json, payload)
     failed = [name for name, entry in results.items() if any("error" in e for e in entry.values())]
     return 1 if failed else 0
 

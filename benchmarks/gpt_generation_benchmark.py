@@ -3,7 +3,7 @@ KerasHub's (and, on torch, Hugging Face transformers'), in one process, on the
 same prompts.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
-backend (benchmarks/run_gpt_generation_benchmark.sh does all three). Weights
+backend (``bash benchmarks/run.sh gpt_generation`` does all three). Weights
 are random: nothing is downloaded. On torch, ``--device`` picks the device
 (``auto``: CUDA when torch sees a GPU, else the CPU): Keras is pointed at it
 with ``KERAS_TORCH_DEVICE`` and the transformers models are moved there. JAX
@@ -80,34 +80,38 @@ other load on the machine weighs on every contender alike.
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/gpt_generation_benchmark.py --batch-sizes 1 8
-    KERAS_BACKEND=torch python benchmarks/gpt_generation_benchmark.py --tiny   # smoke test
-    KERAS_BACKEND=torch python benchmarks/gpt_generation_benchmark.py --dtype bfloat16 --batch-sizes 1 8 32 \\
+    KERAS_BACKEND=jax python -m benchmarks.gpt_generation_benchmark --batch-sizes 1 8
+    KERAS_BACKEND=torch python -m benchmarks.gpt_generation_benchmark --tiny   # smoke test
+    KERAS_BACKEND=torch python -m benchmarks.gpt_generation_benchmark --dtype bfloat16 --batch-sizes 1 8 32 \\
         --contenders ours,transformers,transformers_static   # on a GPU
 """
 
 import argparse
 import gc
-import json
 import os
-import platform
-import statistics
 import sys
 import time
-import traceback
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import choose_torch_device  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import device_description  # noqa: E402
-from timing import device_synchronizer  # noqa: E402
-from timing import fmt_percent  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import paired_ratio  # noqa: E402
-from timing import peak_rates  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.contenders import RATIO_NOTE
+from benchmarks.contenders import record_failure
+from benchmarks.contenders import ratio_cells
+from benchmarks.contenders import select_contenders
+from benchmarks.contenders import summarise
+from benchmarks.contenders import time_interleaved
+from benchmarks.contenders import timed_call
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import device_description
+from benchmarks.timing import device_synchronizer
+from benchmarks.timing import fmt_percent
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import peak_rates
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
 GPT2_SMALL = dict(
     vocabulary_size=50257,
@@ -339,12 +343,9 @@ def build_keras_hub(config, new_tokens, jit_compile, dtype):
     return lm, prepare, generate, logits, path
 
 
-def build_transformers(config, prompt_len, new_tokens, dtype, device, static_cache=False):
-    """`transformers`' GPT-2 on `device` in `dtype` and its greedy
-    `generate`; with `static_cache`, `cache_implementation="static"` (a
-    cache preallocated to `prompt_len + new_tokens`, for which `generate`
-    compiles the decoding step on CUDA: its best generation path)."""
-    import torch
+def transformers_gpt2(config):
+    """`transformers.GPT2LMHeadModel` of the shape `config` names (random
+    weights, dropout 0, GELU (tanh), sdpa attention)."""
     import transformers
 
     hf_config = transformers.GPT2Config(
@@ -365,8 +366,19 @@ def build_transformers(config, prompt_len, new_tokens, dtype, device, static_cac
         attn_implementation="sdpa",
     )
     model = transformers.GPT2LMHeadModel(hf_config)
-    model.to(device=device, dtype=getattr(torch, dtype)).eval()
     assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    return model
+
+
+def build_transformers(config, prompt_len, new_tokens, dtype, device, static_cache=False):
+    """`transformers`' GPT-2 on `device` in `dtype` and its greedy
+    `generate`; with `static_cache`, `cache_implementation="static"` (a
+    cache preallocated to `prompt_len + new_tokens`, for which `generate`
+    compiles the decoding step on CUDA: its best generation path)."""
+    import torch
+
+    model = transformers_gpt2(config)
+    model.to(device=device, dtype=getattr(torch, dtype)).eval()
     cache = {"cache_implementation": "static", "max_cache_len": prompt_len + new_tokens} if static_cache else {}
 
     def prepare(prompts):
@@ -422,20 +434,12 @@ def greedy_check(logits_fn, token_ids, prompt_len):
 
 def main(argv=None):
     args = parse_args(argv)
-    limit_threads(args.threads)
-    device = choose_torch_device(args.device)
+    backend, device = start_backend(args.threads, args.device)
 
     import keras
 
-    backend = keras.backend.backend()
-    apply_backend_threads(backend, args.threads)
-    if backend != "torch" and args.device != "auto":
-        raise SystemExit(f"--device {args.device} is for the torch backend; {backend} runs on its default device")
     label = args.backend_label or backend
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = sorted(set(contenders) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
+    contenders = select_contenders(args.contenders, CONTENDERS)
     if backend != "torch":
         contenders = [name for name in contenders if not name.startswith("transformers")]
     config, new_tokens, prompt_len = args.config, args.new_tokens, args.prompt_len
@@ -453,25 +457,22 @@ def main(argv=None):
     peak, peak_source = peak_bandwidth(args, description)
     print(f"device: {description}")
     print(f"peak memory bandwidth: {f'{peak / 1e9:g} GB/s' if peak else '-'} ({peak_source})")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
-    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(cpu_line(args.threads, per_library=True))
+    print(fmt_versions(versions(backend)))
     print(
         f"prompt {prompt_len} tokens (random ids, no padding), {new_tokens} new tokens per row, "
         f"batch sizes {', '.join(map(str, args.batch_sizes))}; warmup {args.warmup}, repeats {args.repeats} "
         f"(median reported)"
     )
-    print(f"load average at the start (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(load_line("start"))
     sys.stdout.flush()
 
     results = {}  # contender -> {"path": str, "batch_<b>": {...}} or {"error": str}
     runners = {}  # contender -> (prepare, generate, logits)
 
     def fail(name, error):
-        results[name]["error"] = f"{type(error).__name__}: {error}"
-        results[name]["traceback"] = traceback.format_exc()
+        record_failure(results[name], error, f"[{name}]")
         runners.pop(name, None)
-        print(f"\n[{name}] FAILED:\n{results[name]['traceback']}")
-        sys.stdout.flush()
 
     # Build every contender first, then time them interleaved (round-robin,
     # rotating who goes first) per batch size.
@@ -510,11 +511,7 @@ def main(argv=None):
             """`(token_ids, wall seconds, process CPU seconds)` of one
             `generate` call, the device's work included; then (untimed)
             checks the output and the number of new tokens."""
-            synchronize()
-            cpu_start, start = time.process_time(), time.perf_counter()
-            token_ids, valid = runners[name][1](prepared[name])
-            synchronize()
-            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            (token_ids, valid), wall, cpu = timed_call(lambda: runners[name][1](prepared[name]), synchronize)
             generated = count_new_tokens(token_ids, valid, prompts)
             if generated != expected:
                 raise AssertionError(
@@ -553,24 +550,10 @@ def main(argv=None):
                 sys.stdout.flush()
             except Exception as error:
                 fail(name, error)
-        names = list(runners)
-        for repeat in range(args.repeats):
-            shift = repeat % max(len(names), 1)
-            for name in names[shift:] + names[:shift]:
-                if name not in runners:
-                    continue
-                try:
-                    _, wall, cpu = run_once(name)
-                except Exception as error:
-                    fail(name, error)
-                    continue
-                results[name][key]["times_s"].append(wall)
-                results[name][key]["cpu_s"].append(cpu)
+        time_interleaved(runners, args.repeats, lambda name: run_once(name)[1:], lambda name: results[name][key], fail)
         for name in runners:
             entry = results[name][key]
-            entry["median_s"] = statistics.median(entry["times_s"])
-            entry["min_s"] = min(entry["times_s"])
-            entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+            summarise(entry)
             entry["tokens_per_s_median"] = expected / entry["median_s"]
             entry["tokens_per_s_best"] = expected / entry["min_s"]
             step_bytes = decoding_bytes_per_step(
@@ -615,13 +598,7 @@ def main(argv=None):
             cells = [f"{e['first_call_s']:.2f}"]
             cells += [f"{e['median_s']:.3f}", f"{e['min_s']:.3f}", f"{e['cpu_median_s']:.3f}"]
             cells += [f"{e['tokens_per_s_median']:.1f}", f"{e['tokens_per_s_best']:.1f}"]
-            if "error" not in ours and "median_s" in ours.get(key, {}):
-                cells.append(f"{e['median_s'] / ours[key]['median_s']:.2f}")
-                cells.append(f"{e['min_s'] / ours[key]['min_s']:.2f}")
-                e["paired_ratio"] = paired_ratio(e["times_s"], ours[key]["times_s"])
-                cells.append(f"{e['paired_ratio']:.2f}")
-            else:
-                cells += ["-", "-", "-"]
+            cells += ratio_cells(e, None if "error" in ours else ours.get(key))
             greedy = e.get("greedy_check")
             cells.append(f"{greedy['checked'] - greedy['mismatches']} / {greedy['checked']}" if greedy else "-")
             cells += [f"{e['decode_gb_per_s']:.3g}", fmt_percent(e["decode_bandwidth_of_peak"])]
@@ -629,10 +606,7 @@ def main(argv=None):
     print(
         "\nfirst call s = the first generate call of the batch size alone (compilation, recording, warm-up)."
         "\nnew tok/s = batch x new tokens / wall time of one generate call (prompt pass included)."
-        "\nratio = contender / ours of the times (> 1: ours faster): of the medians, of the minima, and"
-        "\n'paired', the median over rounds of the per-round ratio (the contenders run back to back in"
-        "\neach round, so this one cancels load that changes between rounds). CPU s = median process"
-        "\nCPU time (all threads"
+        + RATIO_NOTE
         + ("; on CUDA it includes the wait for the device)." if device == "cuda" and backend == "torch" else ").")
         + f"\ndecode GB/s = bytes a decoding step reads / time per step: the weights once (parameters x "
         f"{BYTES_PER_ELEMENT[args.dtype]} bytes,"
@@ -642,7 +616,7 @@ def main(argv=None):
         + "\n% of peak GB/s"
         + (f" = of {peak / 1e9:g} GB/s ({peak_source})." if peak else f": '-', {peak_source}.")
     )
-    print(f"load average at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(load_line("end"))
 
     if args.json:
         payload = {
@@ -663,11 +637,10 @@ def main(argv=None):
             "jit_compile": args.jit_compile,
             "peak_bandwidth_bytes_per_s": peak,
             "peak_bandwidth_source": peak_source,
-            "load_average_end": os.getloadavg(),
+            "load_average_end": load_average(),
             "results": results,
         }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(args.json, payload)
     failed = [name for name, entry in results.items() if "error" in entry]
     return 1 if failed else 0
 

@@ -4,7 +4,7 @@ transformers (torch) in the same process.
 
 The Keras backend is the one KERAS_BACKEND names (jax or torch; TensorFlow is
 not covered: a TensorFlow GPU build is not available where this was run). Run
-one process per backend (benchmarks/run_gpu_attention_benchmark.sh). Weights
+one process per backend (``bash benchmarks/run.sh gpu_attention``). Weights
 are random: nothing is downloaded. On a machine without a GPU the script
 still runs (the smoke test, --tiny), and says that no fused GPU kernel can run.
 
@@ -66,8 +66,8 @@ being the median over rounds of each round's ratio.
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/gpu_attention_benchmark.py --json out_jax.json
-    KERAS_BACKEND=torch python benchmarks/gpu_attention_benchmark.py --tiny   # smoke test (CPU is fine)
+    KERAS_BACKEND=jax python -m benchmarks.gpu_attention_benchmark --json out_jax.json
+    KERAS_BACKEND=torch python -m benchmarks.gpu_attention_benchmark --tiny   # smoke test (CPU is fine)
 """
 
 import argparse
@@ -84,25 +84,23 @@ import time
 import traceback
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))  # the repository root: the library without installing it
-from timing import cpu_model  # noqa: E402
-from timing import paired_ratio  # noqa: E402
-from timing import versions  # noqa: E402
+# Shared helpers and the other benchmarks' models (stdlib-only at import time,
+# so they run before numpy/Keras).
+from benchmarks.bert_benchmark import BERT_BASE
+from benchmarks.bert_benchmark import make_inputs as bert_inputs
+from benchmarks.bert_benchmark import transformers_bert
+from benchmarks.contenders import record_failure
+from benchmarks.contenders import round_robin
+from benchmarks.gpt_generation_benchmark import GPT2_SMALL
+from benchmarks.gpt_generation_benchmark import transformers_gpt2
+from benchmarks.timing import cpu_model
+from benchmarks.timing import paired_ratio
+from benchmarks.timing import versions
 
 # JAX and torch share the GPU in one process: JAX must not take 75% of it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-BERT_BASE = dict(
-    vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768,
-    intermediate_dim=3072, max_sequence_length=512, num_segments=2,
-)
-GPT2_SMALL = dict(
-    vocabulary_size=50257, num_layers=12, num_heads=12, hidden_dim=768,
-    intermediate_dim=3072, max_sequence_length=1024,
-)
 TINY_BERT = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=128, intermediate_dim=256)
 TINY_GPT = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=128, intermediate_dim=256)
 MASK_FORMS = ("none", "padding", "causal", "causal+padding")
@@ -625,10 +623,8 @@ def time_contenders(contenders, repeats, target_s, warmup=2):
             sync(fn())
         n = calibrate(fn, sync, target_s) if target_s > 0 else 1
         out[name] = {"first_s": first, "n": n, "times_s": []}
-    names = list(contenders)
-    for r in range(repeats):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+    for order in round_robin(contenders, repeats):
+        for name in order:
             fn, sync = contenders[name]
             n = out[name]["n"]
             start = time.perf_counter()
@@ -663,13 +659,11 @@ def attention_part(rt, args, results, recorder):
                     row["timing"] = time_contenders(contenders, args.repeats, args.sample_ms / 1e3)
                     row["keras_fallback"] = sorted(set(recorder.take()))
                 except Exception as error:
-                    row["error"] = f"{type(error).__name__}: {error}"
-                    row["traceback"] = traceback.format_exc()
-                    print(row["traceback"])
+                    record_failure(row, error)
                 rows.append(row)
                 print_attention_row(row)
                 sys.stdout.flush()
-            del tensors
+            tensors = None  # (the contenders' lambdas read it until here)
     results["attention"] = rows
 
 
@@ -689,19 +683,6 @@ def print_attention_row(row):
 
 
 # --------------------------------------------------------------------------- BERT
-
-
-def bert_inputs(batch, length, vocabulary_size, seed=0):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(length // 2, length + 1, size=(batch,))
-    lengths[0] = length
-    positions = np.arange(length)[None, :]
-    padding_mask = (positions < lengths[:, None]).astype("int32")
-    token_ids = (rng.integers(1, vocabulary_size, size=(batch, length)) * padding_mask).astype("int32")
-    segment_ids = ((positions >= (lengths[:, None] // 2)) & (padding_mask > 0)).astype("int32")
-    return {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
 
 
 def ours_bert_forward(rt, config, dtype, attention, inputs):
@@ -735,17 +716,8 @@ def ours_bert_forward(rt, config, dtype, attention, inputs):
 
 def hf_bert(rt, config, dtype, inputs):
     import torch
-    import transformers
 
-    hf_config = transformers.BertConfig(
-        vocab_size=config["vocabulary_size"], hidden_size=config["hidden_dim"],
-        num_hidden_layers=config["num_layers"], num_attention_heads=config["num_heads"],
-        intermediate_size=config["intermediate_dim"], max_position_embeddings=config["max_sequence_length"],
-        type_vocab_size=config["num_segments"], hidden_act="gelu",
-    )
-    hf_config._attn_implementation = "sdpa"
-    model = transformers.BertModel(hf_config).to(rt.torch_device, getattr(torch, dtype)).eval()
-    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    model = transformers_bert(config).to(rt.torch_device, getattr(torch, dtype)).eval()
     tensors = {
         "input_ids": rt.torch_array(inputs["token_ids"]).long(),
         "token_type_ids": rt.torch_array(inputs["segment_ids"]).long(),
@@ -775,7 +747,7 @@ def bert_part(rt, args, results, recorder):
     rows = []
     for dtype in args.dtypes.split(","):
         for length in args.bert_seq_lens:
-            inputs = bert_inputs(args.bert_batch, length, config["vocabulary_size"])
+            inputs = bert_inputs(args.bert_batch, length, config["vocabulary_size"], no_padding=False)
             row = {"dtype": dtype, "seq_len": length, "kernels": {}}
             try:
                 contenders, pieces = {}, {}
@@ -795,9 +767,7 @@ def bert_part(rt, args, results, recorder):
                 row["timing"] = time_contenders(contenders, args.repeats, args.sample_ms / 1e3)
                 recorder.take()
             except Exception as error:
-                row["error"] = f"{type(error).__name__}: {error}"
-                row["traceback"] = traceback.format_exc()
-                print(row["traceback"])
+                record_failure(row, error)
             rows.append(row)
             print_bert_row(row)
             contenders = pieces = None
@@ -829,7 +799,6 @@ def gpt_part(rt, args, results, recorder):
 
     import numpy as np
     import torch
-    import transformers
 
     from attention_zoo_keras.models import GPTBackbone
     from attention_zoo_keras.models import GPTCausalLM
@@ -842,18 +811,10 @@ def gpt_part(rt, args, results, recorder):
         try:
             backbone = GPTBackbone(**config, dropout=0.0, attention_dropout=0.0, dtype=dtype)
             lm = GPTCausalLM(backbone=backbone, preprocessor=None)
-            hf_config = transformers.GPT2Config(
-                vocab_size=config["vocabulary_size"], n_positions=config["max_sequence_length"],
-                n_embd=config["hidden_dim"], n_layer=config["num_layers"], n_head=config["num_heads"],
-                n_inner=config["intermediate_dim"], activation_function="gelu_new", resid_pdrop=0.0,
-                embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=config["vocabulary_size"] - 1,
-                eos_token_id=config["vocabulary_size"] - 1, attn_implementation="sdpa",
-            )
-            hf = transformers.GPT2LMHeadModel(hf_config).to(rt.torch_device, getattr(torch, dtype)).eval()
+            hf = transformers_gpt2(config).to(rt.torch_device, getattr(torch, dtype)).eval()
         except Exception as error:
-            error_text = f"{type(error).__name__}: {error}"
-            rows.append({"dtype": dtype, "error": error_text, "traceback": traceback.format_exc()})
-            print(rows[-1]["traceback"])
+            rows.append({"dtype": dtype})
+            record_failure(rows[-1], error)
             continue
         for batch in args.gpt_batch_sizes:
             rng = np.random.default_rng(batch)
@@ -890,9 +851,7 @@ def gpt_part(rt, args, results, recorder):
                     row["timing"][name]["first_s"] = seconds
                 recorder.take()
             except Exception as error:
-                row["error"] = f"{type(error).__name__}: {error}"
-                row["traceback"] = traceback.format_exc()
-                print(row["traceback"])
+                record_failure(row, error)
             rows.append(row)
             if "timing" in row:
                 t = row["timing"]

@@ -55,12 +55,11 @@ peak-RSS counter reset), which includes the prompt pass's temporaries.
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/linear_generation_benchmark.py
-    KERAS_BACKEND=jax python benchmarks/linear_generation_benchmark.py --tiny   # seconds-long smoke run
+    KERAS_BACKEND=jax python -m benchmarks.linear_generation_benchmark
+    KERAS_BACKEND=jax python -m benchmarks.linear_generation_benchmark --tiny   # seconds-long smoke run
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -68,15 +67,23 @@ import sys
 import time
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import fmt_load  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import load_average  # noqa: E402
-from timing import peak_rss  # noqa: E402
-from timing import reset_peak_rss  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.contenders import round_robin
+from benchmarks.plots import add_plot_arguments
+from benchmarks.plots import check_plot_arguments
+from benchmarks.plots import figure_rows
+from benchmarks.plots import load_payloads
+from benchmarks.plots import log_log_panels
+from benchmarks.plots import save_figure
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import peak_rss
+from benchmarks.timing import reset_peak_rss
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
 MECHANISMS = ("linear", "softmax")
 MODEL = dict(vocabulary_size=1000, num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024)
@@ -106,14 +113,9 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompts")
     parser.add_argument("--tiny", action="store_true", help="seconds-long smoke run: 2 layers, 64 wide, contexts 64, 128")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
-    parser.add_argument("--plot", default=None, help="save a log-log plot (time per token, memory) to this PNG")
-    parser.add_argument(
-        "--replot", nargs="+", default=None, metavar="JSON",
-        help="only plot: draw the results of these JSON files (one row per file) to --plot",
-    )
+    add_plot_arguments(parser, "time per token, memory")
     args = parser.parse_args(argv)
-    if args.replot and not args.plot:
-        parser.error("--replot needs --plot PATH")
+    check_plot_arguments(parser, args)
     args.model = dict(TINY_MODEL if args.tiny else MODEL)
     if args.tiny:
         args.contexts = args.contexts or TINY_CONTEXTS
@@ -217,13 +219,8 @@ def summarise(entry, steps):
 
 def plot(payloads, path):
     """Per-token time and memory against context, log-log, one row per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colours = {"linear": "tab:green", "softmax": "tab:blue"}
-    figure, axes = plt.subplots(len(payloads), 2, figsize=(12, 4.2 * len(payloads)), squeeze=False)
+    plt, figure, axes = figure_rows(len(payloads))
     for row, payload in zip(axes, payloads):
         for mechanism in payload["mechanisms"]:
             entries = [payload["results"][mechanism][str(c)] for c in payload["contexts"]]
@@ -249,17 +246,8 @@ def plot(payloads, path):
             f"{model['num_heads']} heads, batch 1"
         )
         labels = ("time per new token (ms)", "memory per sequence (MiB)")
-        for axis, what in zip(row, labels):
-            axis.set_xscale("log", base=2)
-            axis.set_yscale("log")
-            axis.set_xlabel("context (prompt tokens)")
-            axis.set_ylabel(what)
-            axis.set_title(title, fontsize=9)
-            axis.grid(True, which="both", alpha=0.3)
-            axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        log_log_panels(row, labels, "context (prompt tokens)", title, legend=True)
+    save_figure(plt, figure, path)
 
 
 # --------------------------------------------------------------------------- main
@@ -315,23 +303,16 @@ def print_tables(payload):
 def main(argv=None):
     args = parse_args(argv)
     if args.replot:
-        payloads = []
-        for path in args.replot:
-            with open(path) as f:
-                payloads.append(json.load(f))
-        plot(payloads, args.plot)
+        plot(load_payloads(args.replot), args.plot)
         print(f"plot: {args.plot}")
         return 0
 
-    limit_threads(args.threads)
     load_start = load_average()
-    import keras
+    backend, _ = start_backend(args.threads)
     import numpy as np
 
     from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 
-    backend = keras.backend.backend()
-    apply_backend_threads(backend, args.threads)
     label = args.backend_label or backend
     n = args.new_tokens
     max_sequence_length = -(-(args.contexts[-1] + n) // BUFFER_MULTIPLE) * BUFFER_MULTIPLE
@@ -340,13 +321,13 @@ def main(argv=None):
         "model: " + ", ".join(f"{k} {v}" for k, v in args.model.items())
         + f", max_sequence_length {max_sequence_length}; dropout 0, random weights; batch 1, greedy"
     )
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads: {args.threads}")
-    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(cpu_line(args.threads))
+    print(fmt_versions(versions(backend)))
     print(
         f"contexts {', '.join(map(str, args.contexts))}; max_new_tokens {n} (long: {n} tokens, short: stops "
         f"after 1); rounds {args.rounds} (mechanisms interleaved)"
     )
-    print(f"load average at the start (1, 5, 15 min): {fmt_load(load_start)}")
+    print(load_line("start", load_start))
     sys.stdout.flush()
 
     models = {}
@@ -387,9 +368,8 @@ def main(argv=None):
             )
             sys.stdout.flush()
         names = list(models)
-        for round_index in range(args.rounds):
-            shift = round_index % len(names)
-            for mechanism in names[shift:] + names[:shift]:
+        for round_index, order in enumerate(round_robin(names, args.rounds)):
+            for mechanism in order:
                 entry = results[mechanism][str(context)]
                 long, short = calls[mechanism]
                 if round_index % 2:
@@ -442,11 +422,9 @@ def main(argv=None):
         "ratios": ratios,
     }
     print_tables(payload)
-    print(f"load average at the end (1, 5, 15 min): {fmt_load(payload['load_average_end'])}")
+    print(load_line("end", payload["load_average_end"]))
     print(f"elapsed: {payload['elapsed_s']:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+    write_json(args.json, payload)
     if args.plot:
         plot([payload], args.plot)
         print(f"plot: {args.plot}")

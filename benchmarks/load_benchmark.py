@@ -32,8 +32,8 @@ peak memory as a multiple of the weights' size.
 
 Example::
 
-    python benchmarks/load_benchmark.py --prepare --models bert_base
-    KERAS_BACKEND=torch python benchmarks/load_benchmark.py --models bert_base gpt2_large
+    python -m benchmarks.load_benchmark --prepare --models bert_base
+    KERAS_BACKEND=torch python -m benchmarks.load_benchmark --models bert_base gpt2_large
 """
 
 import argparse
@@ -46,10 +46,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import cpu_model  # noqa: E402
-from timing import peak_rss  # noqa: E402
-from timing import reset_peak_rss  # noqa: E402
+from benchmarks.timing import cpu_model
+from benchmarks.timing import peak_rss
+from benchmarks.timing import reset_peak_rss
+
+MODULE = "benchmarks.load_benchmark"  # what each load's fresh process runs
+ROOT = Path(__file__).resolve().parent.parent  # where it runs from
 
 SHAPES = {
     "bert_base": dict(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072,
@@ -166,8 +168,9 @@ def main():
                 arguments.contenders[: round_index % len(arguments.contenders)]
             for contender in order:
                 output = subprocess.run(
-                    [sys.executable, __file__, "--directory", arguments.directory, "--once", model, contender],
-                    check=True, capture_output=True, text=True,
+                    [sys.executable, "-m", MODULE, "--directory", str(Path(arguments.directory).resolve()),
+                     "--once", model, contender],
+                    check=True, capture_output=True, text=True, cwd=ROOT,
                 ).stdout
                 runs[contender].append(json.loads(output.strip().splitlines()[-1]))
         results[model] = runs

@@ -7,20 +7,17 @@ With `--jit-compile`, ours is `predict_on_batch`'s step after
 `transformers`' forward is `torch.compile`d; each contender's wall time for
 the profiled call is printed beside its kernel time.
 
-    KERAS_BACKEND=torch python benchmarks/profile_bert_kernels.py --seq-len 512 --dtype bfloat16
+    KERAS_BACKEND=torch python -m benchmarks.profile_bert_kernels --seq-len 512 --dtype bfloat16
 """
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bert_benchmark import BERT_BASE  # noqa: E402
-from bert_benchmark import keras_step  # noqa: E402
-from bert_benchmark import make_inputs  # noqa: E402
-from bert_benchmark import transformers_bert  # noqa: E402
-from bert_benchmark import transformers_inputs  # noqa: E402
+from benchmarks.bert_benchmark import BERT_BASE
+from benchmarks.bert_benchmark import keras_step
+from benchmarks.bert_benchmark import make_inputs
+from benchmarks.bert_benchmark import transformers_bert
+from benchmarks.bert_benchmark import transformers_inputs
 
 
 def main():

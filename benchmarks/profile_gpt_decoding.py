@@ -7,19 +7,17 @@ means the GPU idles while the host works; kernel time close to it means
 fewer or faster kernels are what would help. Same models, prompts and
 calls as `gpt_generation_benchmark.py`.
 
-    KERAS_BACKEND=torch python benchmarks/profile_gpt_decoding.py --batch-sizes 1 8 --dtype bfloat16
+    KERAS_BACKEND=torch python -m benchmarks.profile_gpt_decoding --batch-sizes 1 8 --dtype bfloat16
 """
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_generation_benchmark import GPT2_SMALL  # noqa: E402
-from gpt_generation_benchmark import build_ours  # noqa: E402
-from gpt_generation_benchmark import build_transformers  # noqa: E402
-from gpt_generation_benchmark import make_prompts  # noqa: E402
+from benchmarks.gpt_generation_benchmark import GPT2_SMALL
+from benchmarks.gpt_generation_benchmark import build_ours
+from benchmarks.gpt_generation_benchmark import build_transformers
+from benchmarks.gpt_generation_benchmark import make_prompts
 
 # CUDA runtime calls in which the host waits for the device.
 HOST_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync")

@@ -4,7 +4,7 @@ pass and of a training step — and a 64K-token forward of an
 enwik8-shaped Reformer.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
-backend (benchmarks/run_reformer_benchmark.sh runs JAX, torch, TensorFlow).
+backend (``bash benchmarks/run.sh reformer`` runs JAX, torch, TensorFlow).
 Weights are random: nothing is downloaded.
 
 **Sweep model** (a small enwik8-like Reformer, so that full attention fits
@@ -101,36 +101,46 @@ several backends' runs into one figure, without running anything.
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/reformer_benchmark.py --parts sweep,enwik8
-    KERAS_BACKEND=torch python benchmarks/reformer_benchmark.py --lengths 4096 8192 --mechanisms lsh,softmax
-    KERAS_BACKEND=jax python benchmarks/reformer_benchmark.py --tiny   # seconds-long smoke run
+    KERAS_BACKEND=jax python -m benchmarks.reformer_benchmark --parts sweep,enwik8
+    KERAS_BACKEND=torch python -m benchmarks.reformer_benchmark --lengths 4096 8192 --mechanisms lsh,softmax
+    KERAS_BACKEND=jax python -m benchmarks.reformer_benchmark --tiny   # seconds-long smoke run
 """
 
 import argparse
 import gc
 import json
-import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import fmt_load  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import load_average  # noqa: E402
-from timing import peak_rss  # noqa: E402
-from timing import reset_peak_rss  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.plots import add_plot_arguments
+from benchmarks.plots import check_plot_arguments
+from benchmarks.plots import figure_rows
+from benchmarks.plots import load_payloads
+from benchmarks.plots import log_log_panels
+from benchmarks.plots import save_figure
+from benchmarks.sweep import add_worker_arguments
+from benchmarks.sweep import extrapolate
+from benchmarks.sweep import fit_exponent
+from benchmarks.sweep import run_worker
+from benchmarks.timing import call_memory
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import limit_threads
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import peak_rss
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
+MODULE = "benchmarks.reformer_benchmark"  # what a point's worker process runs
 MECHANISMS = ("lsh", "softmax")
 MODES = ("forward", "train")
 PARTS = ("sweep", "enwik8")
@@ -204,18 +214,13 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and tokens")
     parser.add_argument("--tiny", action="store_true", help="seconds-long smoke run of the script")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
-    parser.add_argument("--plot", default=None, help="save a log-log plot (time, memory) to this PNG")
-    parser.add_argument(
-        "--replot", nargs="+", default=None, metavar="JSON",
-        help="only plot: draw the results of these JSON files (one row per file) to --plot",
-    )
+    add_plot_arguments(parser, "time, memory")
     parser.add_argument(
         "--combine", nargs="+", default=None, metavar="JSON",
         help="only combine runs of one backend: each mechanism's rows from the last of these JSON files that "
         "measured it (the enwik8 result from the last that has one); prints the tables, writes --json/--plot",
     )
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-output", default=None, help=argparse.SUPPRESS)
+    add_worker_arguments(parser)
     args = parser.parse_args(argv)
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     args.mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
@@ -224,8 +229,7 @@ def parse_args(argv=None):
     unknown += sorted(set(args.modes) - set(MODES))
     if unknown:
         parser.error(f"unknown parts, mechanisms or modes: {', '.join(unknown)}")
-    if args.replot and not args.plot:
-        parser.error("--replot needs --plot PATH")
+    check_plot_arguments(parser, args)
     args.sweep_model = dict(TINY_SWEEP_MODEL if args.tiny else SWEEP_MODEL)
     args.enwik8_model = dict(TINY_ENWIK8_MODEL if args.tiny else ENWIK8_MODEL)
     for key, value in (("num_layers", args.num_layers), ("num_heads", args.num_heads),
@@ -460,27 +464,12 @@ def _xla_memory(compiled):
 
 
 def measured_call(backend, call):
-    """One call: `{"seconds", "peak_bytes", "peak_rss_bytes", "memory_method"}`
-    (see the module docstring); also returns the process's VmHWM before the
-    counter was reset (so the process peak is not lost)."""
+    """One call: `{"seconds", "peak_bytes", "peak_rss_bytes", "memory_method",
+    "rss_before_bytes"}` (`timing.call_memory`; see the module docstring);
+    also returns the process's VmHWM before the counter was reset (so the
+    process peak is not lost)."""
     hwm_before = peak_rss()
-    allocator = None
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        allocator = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    baseline, method = reset_peak_rss()
-    start = time.perf_counter()
-    call()
-    seconds = time.perf_counter() - start
-    measured = {"seconds": seconds, "peak_rss_bytes": max(0, peak_rss() - baseline), "memory_method": method,
-                "rss_before_bytes": baseline}
-    measured["peak_bytes"] = measured["peak_rss_bytes"]
-    if allocator is not None:
-        measured["peak_bytes"] = max(0, tf.config.experimental.get_memory_info("CPU:0")["peak"] - allocator)
-        measured["memory_method"] = "TensorFlow CPU allocator peak (get_memory_info)"
-    return measured, hwm_before
+    return call_memory(backend, call), hwm_before
 
 
 def run_mode(backend, make_call, repeats, slow, limit_bytes, record, process, predicted_s=None, budget_s=None):
@@ -588,10 +577,7 @@ def run_point(spec, write=None, guard_limits=None):
 def worker_main(args):
     """`--worker SPEC`: one point in this (fresh) process; the result as JSON
     to `--worker-output`, rewritten after every step."""
-    limit_threads(args.threads)
-    import keras
-
-    apply_backend_threads(keras.backend.backend(), args.threads)
+    start_backend(args.threads)
     spec = json.loads(args.worker)
     lock = threading.Lock()
 
@@ -611,85 +597,32 @@ def run_in_subprocess(spec, args, timeout=None):
     default `--point-timeout`); its result dict. The process's own peak
     resident size comes from `os.wait4`'s rusage."""
     timeout = timeout or args.point_timeout
-    with tempfile.TemporaryDirectory() as directory:
-        output = os.path.join(directory, "result.json")
-        log_path = os.path.join(directory, "log.txt")
-        command = [
-            sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec),
-            "--worker-output", output, "--threads", str(args.threads),
-        ]
-        start = time.perf_counter()
-        with open(log_path, "w") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-            timed_out = threading.Event()
-
-            def kill():
-                timed_out.set()
-                process.kill()
-
-            timer = threading.Timer(timeout, kill)
-            timer.start()
-            try:
-                _, status, usage = os.wait4(process.pid, 0)
-            finally:
-                timer.cancel()
-            process.returncode = os.waitstatus_to_exitcode(status)
-        elapsed = time.perf_counter() - start
-        with open(log_path) as f:
-            tail = f.read()[-3000:]
-        result = {"status": "failed", "modes": {}}
-        if os.path.exists(output):
-            with open(output) as f:
-                result = json.load(f)
-        result["subprocess_s"] = elapsed
-        result["subprocess_exit"] = process.returncode
-        result["subprocess_maxrss_bytes"] = usage.ru_maxrss * 1024  # since the last clear_refs reset, or start
-        running = [m for m, r in result["modes"].items() if r.get("status") == "running"]
-        if timed_out.is_set():
-            for mode in running or [m for m in spec["modes"] if m not in result["modes"]][:1]:
-                result["modes"][mode] = dict(result["modes"].get(mode, {}), status="over budget",
-                                             reason=f"killed after {timeout:.0f} s (time limit)")
-        elif process.returncode == MemoryGuard.EXIT_CODE:
-            pass  # the guard recorded "out of memory" in the running mode
-        elif process.returncode in (-9, 137) and running:
-            for mode in running:
-                result["modes"][mode].update(status="out of memory", reason="killed by SIGKILL (kernel OOM killer?)")
-        elif process.returncode != 0 or running:
-            for mode in running:
-                result["modes"][mode].update(status="failed", reason=f"worker exited {process.returncode}")
-            result["output_tail"] = tail
-        if result.get("status") == "failed" and "output_tail" not in result:
-            result["output_tail"] = tail
-        return result
+    run = run_worker(MODULE, spec, args.threads, timeout, tail_chars=3000)
+    returncode, tail = run["returncode"], run["tail"]
+    result = run["result"] or {"status": "failed", "modes": {}}
+    result["subprocess_s"] = run["seconds"]
+    result["subprocess_exit"] = returncode
+    result["subprocess_maxrss_bytes"] = run["maxrss_bytes"]  # since the last clear_refs reset, or start
+    running = [m for m, r in result["modes"].items() if r.get("status") == "running"]
+    if run["timed_out"]:
+        for mode in running or [m for m in spec["modes"] if m not in result["modes"]][:1]:
+            result["modes"][mode] = dict(result["modes"].get(mode, {}), status="over budget",
+                                         reason=f"killed after {timeout:.0f} s (time limit)")
+    elif returncode == MemoryGuard.EXIT_CODE:
+        pass  # the guard recorded "out of memory" in the running mode
+    elif returncode in (-9, 137) and running:
+        for mode in running:
+            result["modes"][mode].update(status="out of memory", reason="killed by SIGKILL (kernel OOM killer?)")
+    elif returncode != 0 or running:
+        for mode in running:
+            result["modes"][mode].update(status="failed", reason=f"worker exited {returncode}")
+        result["output_tail"] = tail
+    if result.get("status") == "failed" and "output_tail" not in result:
+        result["output_tail"] = tail
+    return result
 
 
 # --------------------------------------------------------------------------- predictions
-
-
-def extrapolate(points, length):
-    """Predicted y at `length` from the last two measured `(L, y)` points on
-    a log-log line (slope clamped to [1, 2]); from one point, slope 2; None
-    without any."""
-    points = [(x, y) for x, y in sorted(points) if y and y > 0]
-    if not points:
-        return None
-    slope = 2.0
-    if len(points) >= 2:
-        (x0, y0), (x1, y1) = points[-2:]
-        slope = min(2.0, max(1.0, math.log(y1 / y0) / math.log(x1 / x0)))
-    x, y = points[-1]
-    return y * (length / x) ** slope
-
-
-def fit_exponent(points):
-    """Least-squares slope of log(y) against log(L); None with fewer than two points."""
-    points = [(x, y) for x, y in points if y and y > 0]
-    if len(points) < 2:
-        return None
-    xs = [math.log(x) for x, _ in points]
-    ys = [math.log(y) for _, y in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
 
 
 def measured(rows, mechanism, mode):
@@ -877,15 +810,10 @@ def plot(payloads, path):
     """Log-log time and call memory against L, one row per run (backend):
     a colour per mechanism, solid forward, dashed training step; the first
     length a mechanism could not run is marked in the legend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colours = {"lsh": "tab:green", "softmax": "tab:blue"}
     names = {"lsh": "LSH", "softmax": "full"}
     styles = {"forward": ("-", "o"), "train": ("--", "s")}
-    figure, axes = plt.subplots(len(payloads), 2, figsize=(12, 4.2 * len(payloads)), squeeze=False)
+    plt, figure, axes = figure_rows(len(payloads))
     for row_axes, payload in zip(axes, payloads):
         rows = payload["rows"]
         for mechanism in payload["mechanisms"]:
@@ -913,17 +841,11 @@ def plot(payloads, path):
         model = payload["sweep_model"]
         title = (f"{payload['label']}: Reformer LM, {model['num_layers']} layers × {model['num_heads']} heads × "
                  f"{model['head_dim']}, hidden {model['hidden_dim']}, batch 1, CPU")
-        for axis, what in zip(row_axes, ("wall time per call (s, median)", "peak memory of one call (MiB)")):
-            axis.set_xscale("log", base=2)
-            axis.set_yscale("log")
-            axis.set_xlabel("sequence length L")
-            axis.set_ylabel(what)
-            axis.set_title(title, fontsize=9)
-            axis.grid(True, which="both", alpha=0.3)
+        log_log_panels(
+            row_axes, ("wall time per call (s, median)", "peak memory of one call (MiB)"), "sequence length L", title
+        )
         row_axes[0].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(plt, figure, path)
 
 
 def combine(paths):
@@ -968,31 +890,21 @@ def main(argv=None):
         payload = combine(args.combine)
         print_tables(payload, print)
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(payload, f, indent=2)
+            write_json(args.json, payload)
             print(f"json: {args.json}")
         if args.plot:
             plot([payload], args.plot)
             print(f"plot: {args.plot}")
         return 0
     if args.replot:
-        payloads = []
-        for path in args.replot:
-            with open(path) as f:
-                payload = json.load(f)
-            if payload.get("rows"):
-                payloads.append(payload)
-        plot(payloads, args.plot)
+        plot([payload for payload in load_payloads(args.replot) if payload.get("rows")], args.plot)
         print(f"plot: {args.plot}")
         return 0
 
     limit_threads(args.threads)
     load_start = load_average()
     if args.in_process:
-        import keras
-
-        backend = keras.backend.backend()
-        apply_backend_threads(backend, args.threads)
+        backend, _ = start_backend(args.threads)
     else:
         backend = os.environ.get("KERAS_BACKEND", "(Keras default)")
     label = args.backend_label or backend
@@ -1009,7 +921,7 @@ def main(argv=None):
         "min_available_bytes": int(args.min_available_gib * GIB),
     }
     log(f"# Reformer LSH vs full attention benchmark, backend={label}")
-    log(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads: {args.threads}; "
+    log(f"{cpu_line(args.threads)}; "
         f"memory: {(_status_kib('/proc/meminfo', 'MemTotal') or 0) / 1024**2:.1f} GiB total, "
         f"{(_status_kib('/proc/meminfo', 'MemAvailable') or 0) / 1024**2:.1f} GiB available at the start")
     log(f"parts: {', '.join(args.parts)}; sweep model {args.sweep_model}; lengths {args.lengths}; "
@@ -1017,7 +929,7 @@ def main(argv=None):
         f"{args.slow_call_seconds:g} s); memory limit {args.memory_limit_gib:g} GiB, call budget "
         f"{args.max_call_seconds:g} s, point timeout {args.point_timeout:g} s; "
         f"{'in this process' if args.in_process else 'a fresh process per (mechanism, length)'}")
-    log(f"load average at the start (1, 5, 15 min): {fmt_load(load_start)}")
+    log(load_line("start", load_start))
     started = time.perf_counter()
     rows, points, enwik8 = [], [], None
     if "sweep" in args.parts:
@@ -1054,12 +966,10 @@ def main(argv=None):
         "enwik8": enwik8,
     }
     print_tables(payload, log)
-    log(f"\nversions: python {payload['python']}; " + ", ".join(f"{k} {v}" for k, v in payload["versions"].items()))
-    log(f"load average at the end (1, 5, 15 min): {fmt_load(payload['load_average_end'])}")
+    log("\nversions: " + fmt_versions(payload["versions"]))
+    log(load_line("end", payload["load_average_end"]))
     log(f"elapsed: {payload['elapsed_s']:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+    write_json(args.json, payload)
     if args.plot and rows:
         plot([payload], args.plot)
         log(f"plot: {args.plot}")

@@ -1,20 +1,24 @@
-"""Helpers shared by the benchmark scripts: thread limits, machine and
-version reports, the torch device of a run (and waiting for it), load
-averages, peak-memory counters, the peak rates of the GPUs we benchmark on
-(for MFU and bandwidth utilization) and ratio/format helpers.
+"""Helpers shared by the benchmark scripts: thread limits and the start of
+the Keras backend, machine and version reports, the torch device of a run
+(and waiting for it), load averages, peak-memory counters (and the peak
+memory of one call), the peak rates of the GPUs we benchmark on (for MFU and
+bandwidth utilization) and ratio/format helpers.
 
 Only the standard library is imported at module level, so a script can
 import this before it sets the thread environment variables and only then
 imports numpy, Keras and the backends (`limit_threads` and
-`choose_torch_device` must run first; the backends are imported inside the
-functions that need them).
+`choose_torch_device` must run first, or `start_backend`, which runs them
+before it imports Keras; the backends are imported inside the functions
+that need them).
 """
 
 import ctypes
 import gc
+import json
 import os
 import platform
 import statistics
+import time
 
 
 def limit_threads(threads):
@@ -28,9 +32,9 @@ def limit_threads(threads):
         # XLA:CPU (JAX, TF with jit_compile) has no "N threads" knob; it can only
         # be switched to one thread. With N > 1 it uses every core.
         flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = (
-            flags + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        ).strip()
+        one_thread = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        if one_thread not in flags:  # set once (a worker process inherits its parent's)
+            os.environ["XLA_FLAGS"] = (flags + " " + one_thread).strip()
 
 
 def apply_backend_threads(backend, threads):
@@ -50,6 +54,25 @@ def apply_backend_threads(backend, threads):
         torch.set_num_interop_threads(threads)
     except RuntimeError:
         pass  # already set, or parallel work already started
+
+
+def start_backend(threads, device=None):
+    """Starts a run's Keras backend under a thread budget: `limit_threads`,
+    then (with `device`, a `--device` value) `choose_torch_device`, then
+    imports Keras and applies `apply_backend_threads`. Returns `(backend
+    name, torch device)`, the device None without `device`. JAX and
+    TensorFlow run on their default device: a `device` other than "auto" is
+    refused for them."""
+    limit_threads(threads)
+    torch_device = choose_torch_device(device) if device is not None else None
+
+    import keras
+
+    backend = keras.backend.backend()
+    apply_backend_threads(backend, threads)
+    if device is not None and backend != "torch" and device != "auto":
+        raise SystemExit(f"--device {device} is for the torch backend; {backend} runs on its default device")
+    return backend, torch_device
 
 
 def cpu_model():
@@ -82,6 +105,17 @@ def versions(backend, extra=()):
     return found
 
 
+def cpu_line(threads, per_library=False):
+    """The header line that names the CPU, its cores and the thread budget."""
+    budget = "threads per library" if per_library else "threads"
+    return f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), {budget}: {threads}"
+
+
+def fmt_versions(found):
+    """`"python X; name version, ..."` of a `versions()` dict."""
+    return f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in found.items())
+
+
 def load_average():
     """`os.getloadavg()` (1, 5, 15 minutes) as a list, for the JSON results."""
     return list(os.getloadavg())
@@ -90,6 +124,19 @@ def load_average():
 def fmt_load(load):
     """A load average triple as `"a, b, c"`."""
     return ", ".join(f"{x:.2f}" for x in load)
+
+
+def load_line(when, load=None):
+    """`"load average at the <when> (1, 5, 15 min): a, b, c"`, of `load` or now."""
+    return f"load average at the {when} (1, 5, 15 min): {fmt_load(load_average() if load is None else load)}"
+
+
+def write_json(path, payload):
+    """Writes a run's results, `payload`, as indented JSON to `path` (its
+    `--json`); nothing where `path` is None."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(payload, f, indent=2)
 
 
 def paired_ratio(times, reference_times):
@@ -147,6 +194,38 @@ def peak_rss():
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def call_memory(backend, call):
+    """Runs `call()` once and measures its time and peak memory: `{"seconds",
+    "peak_rss_bytes", "memory_method", "rss_before_bytes", "peak_bytes"}`.
+
+    `peak_rss_bytes` is the process's peak resident memory during the call
+    above its resident size before (`rss_before_bytes`; `reset_peak_rss`).
+    That is the measure (`peak_bytes`) on JAX and torch, whose CPU buffers
+    come from malloc and go back to the kernel when freed. TensorFlow's CPU
+    allocator keeps freed memory in its own pool, so after a warm-up call
+    the RSS barely moves; there `peak_bytes` is the allocator's own peak
+    during the call above its use before
+    (`tf.config.experimental.reset_memory_stats` and
+    `get_memory_info("CPU:0")`)."""
+    allocator = None
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        allocator = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    baseline, method = reset_peak_rss()
+    start = time.perf_counter()
+    call()
+    seconds = time.perf_counter() - start
+    measured = {"seconds": seconds, "peak_rss_bytes": max(0, peak_rss() - baseline), "memory_method": method,
+                "rss_before_bytes": baseline}
+    measured["peak_bytes"] = measured["peak_rss_bytes"]
+    if allocator is not None:
+        measured["peak_bytes"] = max(0, tf.config.experimental.get_memory_info("CPU:0")["peak"] - allocator)
+        measured["memory_method"] = "TensorFlow CPU allocator peak (get_memory_info)"
+    return measured
 
 
 def choose_torch_device(requested):

@@ -4,7 +4,7 @@ predicted token, at the same attention length (Dai et al., 2019, §4.4 and
 Table 9: "up to 1,874 times faster during evaluation").
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
-backend (benchmarks/run_transformer_xl_eval_benchmark.sh does all three).
+backend (``bash benchmarks/run.sh transformer_xl_eval`` does all three).
 Weights are random: nothing is downloaded.
 
 **Model.** One randomly initialised ``TransformerXLCausalLM`` (seeded; the
@@ -79,13 +79,12 @@ as the paper's is.
 
 Example::
 
-    KERAS_BACKEND=jax python benchmarks/transformer_xl_eval_benchmark.py
-    KERAS_BACKEND=jax python benchmarks/transformer_xl_eval_benchmark.py --attention-lengths 128 512 --rounds 5
-    KERAS_BACKEND=torch python benchmarks/transformer_xl_eval_benchmark.py --tiny   # seconds-long smoke run
+    KERAS_BACKEND=jax python -m benchmarks.transformer_xl_eval_benchmark
+    KERAS_BACKEND=jax python -m benchmarks.transformer_xl_eval_benchmark --attention-lengths 128 512 --rounds 5
+    KERAS_BACKEND=torch python -m benchmarks.transformer_xl_eval_benchmark --tiny   # seconds-long smoke run
 """
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -94,13 +93,14 @@ import sys
 import time
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import fmt_load  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import load_average  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
 MODEL = dict(
     vocabulary_size=10000, num_layers=4, num_heads=8, hidden_dim=256, head_dim=32, intermediate_dim=1024,
@@ -307,13 +307,10 @@ def print_table(payload):
 
 def main(argv=None):
     args = parse_args(argv)
-    limit_threads(args.threads)
     load_start = load_average()
-    import keras
+    backend, _ = start_backend(args.threads)
     import numpy as np
 
-    backend = keras.backend.backend()
-    apply_backend_threads(backend, args.threads)
     label = args.backend_label or backend
     L, lengths = args.segment_length, args.attention_lengths
     print(f"# Transformer-XL evaluation benchmark (memory vs recomputed window), backend={label}")
@@ -321,13 +318,13 @@ def main(argv=None):
         "model: " + ", ".join(f"{k} {v}" for k, v in args.model.items())
         + "; same_length, clamp_len 0, dropout 0, tied adaptive softmax, random weights; batch 1"
     )
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads: {args.threads}")
-    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(cpu_line(args.threads))
+    print(fmt_versions(versions(backend)))
     print(
         f"attention lengths {', '.join(map(str, lengths))}; XL segment length {L}; rounds {args.rounds}; "
         f"vanilla skipped where predicted > {args.max_point_seconds:.0f} s"
     )
-    print(f"load average at the start (1, 5, 15 min): {fmt_load(load_start)}")
+    print(load_line("start", load_start))
     sys.stdout.flush()
 
     started = time.perf_counter()
@@ -425,11 +422,9 @@ def main(argv=None):
         "\nboth). With more than one layer XL's effective context is longer than A, so the two do not give the"
         "\nsame predictions; the 1-layer check above verifies that they do when the contexts coincide."
     )
-    print(f"load average at the end (1, 5, 15 min): {fmt_load(payload['load_average_end'])}")
+    print(load_line("end", payload["load_average_end"]))
     print(f"elapsed: {payload['elapsed_s']:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+    write_json(args.json, payload)
     return 0 if check is None or check["passed"] else 1
 
 

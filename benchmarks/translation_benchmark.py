@@ -4,7 +4,7 @@ ours against Hugging Face transformers' ``MarianMTModel.generate``, in one
 process, on the same source ids and the same weights.
 
 The Keras backend is the one KERAS_BACKEND names; run the script once per
-backend (benchmarks/run_translation_benchmark.sh does all three).
+backend (``bash benchmarks/run.sh translation`` does all three).
 transformers is a contender on torch only; on every backend its output is
 the reference that ours is checked against (outside the timing). Nothing is
 downloaded.
@@ -61,30 +61,34 @@ round-robin, rotating who goes first.
 
 Example::
 
-    KERAS_BACKEND=torch python benchmarks/translation_benchmark.py --batch-sizes 16 --repeats 5
-    KERAS_BACKEND=torch python benchmarks/translation_benchmark.py --tiny   # smoke test
+    KERAS_BACKEND=torch python -m benchmarks.translation_benchmark --batch-sizes 16 --repeats 5
+    KERAS_BACKEND=torch python -m benchmarks.translation_benchmark --tiny   # smoke test
 """
 
 import argparse
 import gc
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 import traceback
 
 # Shared helpers (stdlib-only at import time, so they run before numpy/Keras).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import apply_backend_threads  # noqa: E402
-from timing import cpu_model  # noqa: E402
-from timing import fmt_load  # noqa: E402
-from timing import limit_threads  # noqa: E402
-from timing import load_average  # noqa: E402
-from timing import paired_ratio  # noqa: E402
-from timing import versions  # noqa: E402
+from benchmarks.contenders import RATIO_NOTE
+from benchmarks.contenders import record_failure
+from benchmarks.contenders import ratio_cells
+from benchmarks.contenders import select_contenders
+from benchmarks.contenders import summarise
+from benchmarks.contenders import time_interleaved
+from benchmarks.contenders import timed_call
+from benchmarks.timing import cpu_line
+from benchmarks.timing import cpu_model
+from benchmarks.timing import fmt_versions
+from benchmarks.timing import load_average
+from benchmarks.timing import load_line
+from benchmarks.timing import start_backend
+from benchmarks.timing import versions
+from benchmarks.timing import write_json
 
 # Helsinki-NLP/opus-mt-en-de's config.json (shape and generation ids).
 OPUS_MT_EN_DE = dict(
@@ -325,17 +329,9 @@ def compare(ours, reference):
 
 def main(argv=None):
     args = parse_args(argv)
-    limit_threads(args.threads)
-
-    import keras
-
-    backend = keras.backend.backend()
-    apply_backend_threads(backend, args.threads)
+    backend, _ = start_backend(args.threads)
     label = args.backend_label or backend
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = sorted(set(contenders) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"unknown contenders: {', '.join(unknown)}")
+    contenders = select_contenders(args.contenders, CONTENDERS)
     if backend != "torch" and "transformers" in contenders:
         contenders.remove("transformers")
     config, max_length = args.config, args.max_length
@@ -347,8 +343,8 @@ def main(argv=None):
     load_start = load_average()
     print(f"# Marian ({shape_name}) translation benchmark, backend={label}")
     print("model: " + ", ".join(f"{k} {v}" for k, v in config.items()) + "; dropout 0, random weights")
-    print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cores), threads per library: {args.threads}")
-    print(f"python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in versions(backend).items()))
+    print(cpu_line(args.threads, per_library=True))
+    print(fmt_versions(versions(backend)))
     print(
         f"sources: random ids, lengths uniform in [{args.min_source_len}, {args.max_source_len}] (</s> included), "
         f"right-padded; batch sizes {', '.join(map(str, args.batch_sizes))}; max_length {max_length} "
@@ -356,7 +352,7 @@ def main(argv=None):
         f"(beam: {args.num_beams} beams, length_penalty {args.length_penalty}); warmup {args.warmup}, "
         f"repeats {args.repeats} (median reported)"
     )
-    print(f"load average at the start (1, 5, 15 min): {fmt_load(load_start)}")
+    print(load_line("start", load_start))
     sys.stdout.flush()
 
     from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM
@@ -366,11 +362,8 @@ def main(argv=None):
     comparisons = {}  # "<mode>_batch_<b>" -> compare(ours, transformers)
 
     def fail(name, error):
-        results[name]["error"] = f"{type(error).__name__}: {error}"
-        results[name]["traceback"] = traceback.format_exc()
+        record_failure(results[name], error, f"[{name}]")
         runners.pop(name, None)
-        print(f"\n[{name}] FAILED:\n{results[name]['traceback']}")
-        sys.stdout.flush()
 
     with tempfile.TemporaryDirectory(prefix="marian_bench_") as directory:
         start = time.perf_counter()
@@ -463,27 +456,13 @@ def main(argv=None):
                         fail(name, error)
             sys.stdout.flush()
 
-            names = list(runners)
-            for repeat in range(args.repeats):
-                shift = repeat % max(len(names), 1)
-                for name in names[shift:] + names[:shift]:
-                    if name not in runners:
-                        continue
-                    try:
-                        cpu_start, start = time.process_time(), time.perf_counter()
-                        run_once(name)
-                        wall = time.perf_counter() - start
-                        cpu = time.process_time() - cpu_start
-                    except Exception as error:
-                        fail(name, error)
-                        continue
-                    results[name][key]["times_s"].append(wall)
-                    results[name][key]["cpu_s"].append(cpu)
+            time_interleaved(
+                runners, args.repeats, lambda name: timed_call(lambda: run_once(name))[1:],
+                lambda name: results[name][key], fail,
+            )
             for name in runners:
                 entry = results[name][key]
-                entry["median_s"] = statistics.median(entry["times_s"])
-                entry["min_s"] = min(entry["times_s"])
-                entry["cpu_median_s"] = statistics.median(entry["cpu_s"])
+                summarise(entry)
                 entry["sentences_per_s_median"] = batch_size / entry["median_s"]
                 entry["sentences_per_s_best"] = batch_size / entry["min_s"]
                 entry["new_tokens_per_s_median"] = batch_size * new_tokens / entry["median_s"]
@@ -520,24 +499,16 @@ def main(argv=None):
                 cells = [f"{e['median_s']:.3f}", f"{e['min_s']:.3f}", f"{e['cpu_median_s']:.3f}"]
                 cells += [f"{e['sentences_per_s_median']:.2f}", f"{e['sentences_per_s_best']:.2f}"]
                 cells += [f"{e['new_tokens_per_s_median']:.1f}", same_cell]
-                if "error" not in ours and "median_s" in ours.get(key, {}):
-                    cells.append(f"{e['median_s'] / ours[key]['median_s']:.2f}")
-                    cells.append(f"{e['min_s'] / ours[key]['min_s']:.2f}")
-                    e["paired_ratio"] = paired_ratio(e["times_s"], ours[key]["times_s"])
-                    cells.append(f"{e['paired_ratio']:.2f}")
-                else:
-                    cells += ["-", "-", "-"]
+                cells += ratio_cells(e, None if "error" in ours else ours.get(key))
                 print(f"| {mode} | {batch_size} | {name} | " + " | ".join(cells) + " |")
     print(
         "\nsentences/s = batch / wall time of one generate call (encoder pass included); new tok/s = batch x"
         f"\n{new_tokens} / that time. same output: ours returned transformers' sequences token for token."
-        "\nratio = contender / ours of the times (> 1: ours faster): of the medians, of the minima, and"
-        "\n'paired', the median over rounds of the per-round ratio (the contenders run back to back in"
-        "\neach round, so this one cancels load that changes between rounds). CPU s = median process"
-        "\nCPU time (all threads)."
+        + RATIO_NOTE
+        + ")."
     )
     load_end = load_average()
-    print(f"load average at the end (1, 5, 15 min): {fmt_load(load_end)}")
+    print(load_line("end", load_end))
 
     if args.json:
         payload = {
@@ -562,8 +533,7 @@ def main(argv=None):
             "same_output_as_transformers": comparisons,
             "results": results,
         }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(args.json, payload)
     failed = [name for name, entry in results.items() if "error" in entry]
     mismatched = [key for key, c in comparisons.items() if not c["equal"]]
     if mismatched:
