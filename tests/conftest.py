@@ -25,7 +25,8 @@ def _two_logical_cpu_devices():
 if os.environ.get("KERAS_BACKEND") == "tensorflow":
     _two_logical_cpu_devices()
 
-from tests.hub_server import serving, set_offline
+from tests.support import tiny_checkpoints
+from tests.support.hub_server import serving, set_offline
 
 
 @pytest.fixture
@@ -56,41 +57,7 @@ def hub_offline(monkeypatch):
     return switch
 
 
-# --- tiny transformers BERT checkpoints -------------------------------------
-
-TINY_WORDS = (
-    "the a an is was very not and but of to in it this that film movie plot acting story "
-    "good great fine excellent wonderful bad awful poor boring dull long short cat dog sat "
-    "on mat man eating food riding horse new awesome music play"
-).split()
-TINY_VOCABULARY = list(dict.fromkeys(  # each token once ("a" is a letter and a word)
-    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "'"]
-    + [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    + ["##" + chr(c) for c in range(ord("a"), ord("z") + 1)]
-    + TINY_WORDS
-))
-TINY_BERT = dict(
-    vocab_size=len(TINY_VOCABULARY),
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
-
-
-def _perturbed(model, seed):
-    """Every parameter moved by 0.05·N(0, 1), so no bias is 0 and no norm is identity."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
-    return model.eval()
+# --- tiny random-weight `transformers` checkpoints (tests/support/tiny_checkpoints.py)
 
 
 @pytest.fixture(scope="session")
@@ -102,30 +69,42 @@ def tiny_bert_checkpoints(tmp_path_factory):
     `BertForSequenceClassification`, each with `config.json`,
     `model.safetensors` and the tokenizer files `transformers` writes.
     """
-    import torch
-    import transformers
+    return tiny_checkpoints.save_tiny_bert_checkpoints(tmp_path_factory.mktemp("tiny_bert"))
 
-    root = tmp_path_factory.mktemp("tiny_bert")
-    vocabulary_file = root / "vocab.txt"
-    vocabulary_file.write_text("\n".join(TINY_VOCABULARY) + "\n")
-    # from_pretrained reads vocab.txt alike in transformers 4 and 5 (5 ignores `vocab_file=`: every word was [UNK]).
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(str(root), do_lower_case=True)
-    assert tokenizer.convert_tokens_to_ids(TINY_VOCABULARY) == list(range(len(TINY_VOCABULARY)))
-    torch.manual_seed(0)
-    models = {
-        "model": transformers.BertModel(transformers.BertConfig(**TINY_BERT)),
-        "masked_lm": transformers.BertForMaskedLM(transformers.BertConfig(**TINY_BERT)),
-        "classifier": transformers.BertForSequenceClassification(
-            transformers.BertConfig(**TINY_BERT, num_labels=3)
-        ),
-    }
-    paths = {}
-    for seed, (name, model) in enumerate(models.items()):
-        path = root / name
-        _perturbed(model, seed).save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        paths[name] = path
-    return paths
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_checkpoints(tmp_path_factory):
+    """Random-weight tiny `transformers` GPT-2 checkpoints:
+    `{"lm": GPT2LMHeadModel dir, "model": GPT2Model dir}` (see
+    `tiny_checkpoints.save_tiny_gpt2_checkpoints`)."""
+    return tiny_checkpoints.save_tiny_gpt2_checkpoints(tmp_path_factory.mktemp("tiny_gpt2"))
+
+
+@pytest.fixture(scope="module")
+def tiny_vit_checkpoints(tmp_path_factory):
+    """Random-weight tiny `transformers` ViT checkpoints:
+    `{"model": ViTModel (with pooler), "no_pooler": ViTModel without it,
+    "classifier": 3-class ViTForImageClassification, "masked_image_modeling":
+    ViTForMaskedImageModeling}`."""
+    return tiny_checkpoints.save_tiny_vit_checkpoints(tmp_path_factory.mktemp("tiny_vit"))
+
+
+@pytest.fixture(scope="session")
+def tiny_marian_tokenizer_files(tmp_path_factory):
+    """A directory with a Marian hub repo's tokenizer files: `source.spm`,
+    `target.spm`, `vocab.json` and `tokenizer_config.json` (see
+    `tiny_checkpoints.save_tiny_marian_tokenizer_files`)."""
+    return tiny_checkpoints.save_tiny_marian_tokenizer_files(tmp_path_factory.mktemp("tiny_marian"))
+
+
+@pytest.fixture(scope="session")
+def tiny_marian_checkpoint(tmp_path_factory, tiny_marian_tokenizer_files):
+    """A random-weight tiny `transformers` `MarianMTModel` saved with the
+    tokenizer files of `tiny_marian_tokenizer_files`: a Marian hub repo (see
+    `tiny_checkpoints.save_tiny_marian_checkpoint`)."""
+    return tiny_checkpoints.save_tiny_marian_checkpoint(
+        tmp_path_factory.mktemp("tiny_marian_model"), tiny_marian_tokenizer_files
+    )
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import pytest
 from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.attention import linear
+from tests.support.attention_gradients import gradients
 
 EPS = 1e-6
 
@@ -257,29 +258,6 @@ def test_functional_model_with_unknown_length():
     np.testing.assert_allclose(model.predict([data, padding], verbose=0), expected, atol=1e-5)
 
 
-def _gradients(function, inputs):
-    """d sum(function(*inputs) * weights) / d inputs, on the active backend."""
-    backend = keras.backend.backend()
-    weights = np.random.default_rng(1).standard_normal(numpy(function(*inputs)).shape).astype("float32")
-    if backend == "jax":
-        import jax
-
-        return jax.grad(lambda *xs: (function(*xs) * weights).sum(), argnums=(0, 1, 2))(*inputs)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.constant(x) for x in inputs]
-        with tf.GradientTape() as tape:
-            tape.watch(tensors)
-            loss = tf.reduce_sum(function(*tensors) * weights)
-        return tape.gradient(loss, tensors)
-    import torch
-
-    tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
-    (function(*tensors) * torch.tensor(weights)).sum().backward()
-    return [t.grad for t in tensors]
-
-
 def test_causal_gradients_match_quadratic_form():
     ops = keras.ops
 
@@ -292,7 +270,7 @@ def test_causal_gradients_match_quadratic_form():
 
     chunked = lambda q, k, v: linear.linear_attention(q, k, v, is_causal=True, chunk_size=3)  # noqa: E731
     inputs = random_qkv(length=7)
-    for got, expected in zip(_gradients(chunked, inputs), _gradients(quadratic, inputs)):
+    for got, expected in zip(gradients(chunked, inputs), gradients(quadratic, inputs)):
         np.testing.assert_allclose(numpy(got), numpy(expected), atol=1e-4, rtol=1e-4)
 
 

@@ -20,6 +20,8 @@ from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import local
 from attention_zoo_keras.attention import local_2d
 from attention_zoo_keras.attention.registry import get_mechanism
+from tests.support.attention_gradients import dense_attention
+from tests.support.attention_gradients import gradients
 
 
 def numpy(x):
@@ -307,37 +309,6 @@ def test_functional_model_with_unknown_length():
     expected = reference_attention(heads, heads, heads, mask)
     np.testing.assert_allclose(numpy(model([data, padding])), expected.reshape(2, 7, 6), atol=1e-5)
     np.testing.assert_allclose(model.predict([data, padding], verbose=0), expected.reshape(2, 7, 6), atol=1e-5)
-
-
-def dense_attention(query, key, value, mask):
-    """softmax(QKᵀ/√d + M)V in keras.ops (differentiable on every backend)."""
-    ops = keras.ops
-    logits = ops.einsum("btnh,bsnh->bnts", query, key) / np.sqrt(query.shape[-1]).astype("float32")
-    logits = ops.where(mask, logits, -1e9)
-    return ops.einsum("bnts,bsnh->btnh", ops.softmax(logits, axis=-1), value)
-
-
-def gradients(function, inputs):
-    """d sum(function(*inputs) * weights) / d inputs, on the active backend."""
-    backend = keras.backend.backend()
-    weights = np.random.default_rng(1).standard_normal(numpy(function(*inputs)).shape).astype("float32")
-    if backend == "jax":
-        import jax
-
-        return jax.grad(lambda *xs: (function(*xs) * weights).sum(), argnums=(0, 1, 2))(*inputs)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.constant(x) for x in inputs]
-        with tf.GradientTape() as tape:
-            tape.watch(tensors)
-            loss = tf.reduce_sum(function(*tensors) * weights)
-        return tape.gradient(loss, tensors)
-    import torch
-
-    tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
-    (function(*tensors) * torch.tensor(weights)).sum().backward()
-    return [t.grad for t in tensors]
 
 
 @pytest.mark.parametrize("form", ["1d", "2d"])

@@ -15,6 +15,7 @@ from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import relative
 from attention_zoo_keras.attention.registry import get_mechanism
 from attention_zoo_keras.attention.registry import mechanism_names
+from tests.support.attention_gradients import gradients
 
 ATOL = 1e-5
 
@@ -404,30 +405,6 @@ def test_functional_model_with_unknown_length():
     np.testing.assert_allclose(model.predict(data, verbose=0), expected, atol=ATOL)
 
 
-def _gradients(function, inputs):
-    """d sum(function(*inputs) * weights) / d inputs, on the active backend."""
-    backend = keras.backend.backend()
-    weights = np.random.default_rng(1).standard_normal(numpy(function(*inputs)).shape).astype("float32")
-    argnums = tuple(range(len(inputs)))
-    if backend == "jax":
-        import jax
-
-        return jax.grad(lambda *xs: (function(*xs) * weights).sum(), argnums=argnums)(*inputs)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.constant(x) for x in inputs]
-        with tf.GradientTape() as tape:
-            tape.watch(tensors)
-            loss = tf.reduce_sum(function(*tensors) * weights)
-        return tape.gradient(loss, tensors)
-    import torch
-
-    tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
-    (function(*tensors) * torch.tensor(weights)).sum().backward()
-    return [t.grad for t in tensors]
-
-
 def _naive_in_keras_ops(query, key, value, key_table, value_table, is_causal, max_distance):
     """Shaw et al. with the explicit L×L×d tensors a^K, a^V, in keras.ops (for autodiff)."""
     ops = keras.ops
@@ -454,7 +431,7 @@ def test_gradients_match_the_naive_formulation(is_causal):
     def naive(q, k, v, wk, wv):
         return _naive_in_keras_ops(q, k, v, wk, wv, is_causal, 2)
 
-    for got, expected in zip(_gradients(efficient, inputs), _gradients(naive, inputs)):
+    for got, expected in zip(gradients(efficient, inputs), gradients(naive, inputs)):
         np.testing.assert_allclose(numpy(got), numpy(expected), atol=1e-4, rtol=1e-4)
 
 

@@ -16,8 +16,8 @@ import pytest
 from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import sparse
 from attention_zoo_keras.attention.registry import get_mechanism
-from tests.attention.test_local import dense_attention
-from tests.attention.test_local import gradients
+from tests.support.attention_gradients import dense_attention
+from tests.support.attention_gradients import gradients
 
 
 def numpy(x):

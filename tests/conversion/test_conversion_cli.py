@@ -13,30 +13,19 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
-from safetensors.numpy import save_file
 
 import attention_zoo_keras as azk
 from attention_zoo_keras.hub.catalog import presets_markdown
 from attention_zoo_keras.conversion import cli
 from attention_zoo_keras.conversion import verifiers
 from attention_zoo_keras.hub import catalog
-from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 - fixture
-from tests.models.transformer.conftest import tiny_marian_checkpoint  # noqa: F401 - fixture
-from tests.models.transformer.conftest import tiny_marian_tokenizer_files  # noqa: F401 - fixture
-from tests.models.vit.test_vit_backbone import tiny_vit_checkpoints  # noqa: F401 - fixture
+from tests.support.conversion_cli import perturb_a_kernel
+from tests.support.conversion_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
 
 TOLERANCE = 1e-4
 BERT_TINY_REPO = "google/bert_uncased_L-2_H-128_A-2"  # where presets/bert_tiny.json points
-
-
-def run(capsys, *argv):
-    """`(exit code, stdout, stderr)` of the command line."""
-    code = cli.main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def metadata(directory):
@@ -163,7 +152,7 @@ def test_a_checkpoint_without_tokenizer_files_converts_and_says_so(tiny_bert_che
 def test_convert_and_verify_a_reformer(capsys, tmp_path):
     import transformers
 
-    from tests.conftest import _perturbed
+    from tests.support.tiny_checkpoints import perturbed
 
     config = transformers.ReformerConfig(
         hidden_size=16, num_attention_heads=2, attention_head_size=8, feed_forward_size=32, lsh_attn_chunk_length=4,
@@ -171,7 +160,7 @@ def test_convert_and_verify_a_reformer(capsys, tmp_path):
         is_decoder=True, pad_token_id=0, hidden_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0,
         vocab_size=258, attn_layers=["local", "lsh"], num_hashes=2, num_buckets=[2, 2], eos_token_id=1,
     )
-    _perturbed(transformers.ReformerModelWithLMHead(config), 2).save_pretrained(tmp_path / "reformer")
+    perturbed(transformers.ReformerModelWithLMHead(config), 2).save_pretrained(tmp_path / "reformer")
 
     code, _, stderr = run(capsys, "convert", tmp_path / "reformer", "--class", "ReformerCausalLM", "--out", tmp_path / "n")
 
@@ -180,7 +169,7 @@ def test_convert_and_verify_a_reformer(capsys, tmp_path):
     assert "2 sequences of 24" in parity["inputs"]  # the longest the positions and chunks allow
 
 
-def test_convert_a_hub_source(local_hub, tiny_gpt2_checkpoints, capsys, tmp_path):  # noqa: F811
+def test_convert_a_hub_source(local_hub, tiny_gpt2_checkpoints, capsys, tmp_path):
     local_hub.add_repo("zoo-org/tiny-gpt2", tiny_gpt2_checkpoints["model"])
     code, _, stderr = run(capsys, "convert", "hf://zoo-org/tiny-gpt2", "--class", "GPTBackbone", "--out", tmp_path / "n")
     assert code == 0, stderr
@@ -251,20 +240,11 @@ def test_convert_all_succeeds_when_every_preset_does(local_hub, tiny_bert_checkp
     assert "azk-convert vilbert" in stdout and sorted(p.name for p in (tmp_path / "all").iterdir()) == ["bert_tiny"]
 
 
-def _perturb(directory):
-    weights_file = Path(directory) / "model.safetensors"
-    weights = load_file(str(weights_file))
-    key = next(key for key in sorted(weights) if key.endswith("kernel") and weights[key].ndim == 2)
-    weights[key] = weights[key] + np.float32(0.05)
-    save_file(weights, str(weights_file))
-    return key
-
-
 def test_verify_fails_on_a_perturbed_weight(tiny_bert_checkpoints, capsys, tmp_path):
     source = tiny_bert_checkpoints["classifier"]
     out = tmp_path / "native"
     assert run(capsys, "convert", source, "--class", "BertTextClassifier", "--out", out)[0] == 0
-    _perturb(out)
+    perturb_a_kernel(out)
 
     code, stdout, stderr = run(capsys, "verify", out, "--reference", source)
 
@@ -459,7 +439,7 @@ def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatc
     assert code == 2 and "not a native" in err
     code, _, err = run(capsys, "publish", native_preset, "zoo-org/tiny-bert")
     assert code == 2 and "hf://org/name" in err
-    _perturb(native_preset)
+    perturb_a_kernel(native_preset)
     assert run(capsys, "verify", native_preset, "--reference", tiny_bert_checkpoints["model"])[0] == 1
     code, _, err = run(capsys, "publish", native_preset, "hf://zoo-org/tiny-bert")
     assert code == 2 and "failed its parity check" in err and "--allow-failed-parity" in err
@@ -469,7 +449,7 @@ def test_publish_errors(native_preset, tiny_bert_checkpoints, capsys, monkeypatc
 
 
 def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_path, monkeypatch):
-    from tests.hub_server import serving
+    from tests.support.hub_server import serving
 
     with serving(tmp_path, monkeypatch, tokens={"hf_writer": {"zoo-org"}}):
         monkeypatch.setenv("HF_TOKEN", "hf_writer")

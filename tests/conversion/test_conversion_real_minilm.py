@@ -15,9 +15,9 @@ import transformers
 
 import attention_zoo_keras as azk
 from attention_zoo_keras.conversion import cli
-from tests.hub_server import close_client_session
-from tests.hub_server import configure_client
-from tests.hub_server import serving
+from tests.support.hub_server import close_client_session
+from tests.support.hub_server import configure_client
+from tests.support.hub_server import serving
 
 MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"  # where presets/minilm_l6.json points
 PUBLISHED = "hf://zoo-org/all-minilm-l6-v2-native"

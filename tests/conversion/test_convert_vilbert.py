@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "vilbert"
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f"the ViLBERT golden fixture is not at {FIXTURE}")
 
-from tests.models.vilbert.conftest import load  # noqa: E402
-from tests.models.vilbert.conftest import our_inputs  # noqa: E402
+from tests.support.vilbert_golden import load  # noqa: E402
+from tests.support.vilbert_golden import our_inputs  # noqa: E402
 
 ATOL = 1e-4
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"word{i}" for i in range(94)]

@@ -15,12 +15,8 @@ import torch
 import attention_zoo_keras as azk
 from attention_zoo_keras.conversion import verifiers
 from attention_zoo_keras.hub import catalog
-from tests.conversion.test_conversion_cli import _perturb
-from tests.conversion.test_conversion_cli import run
-from tests.models.gpt import test_gpt_parity as gpt_parity
-
-
-tiny_gpt2_checkpoints = gpt_parity.tiny_gpt2_checkpoints  # the fixture, shared with the GPT tests
+from tests.support.conversion_cli import perturb_a_kernel
+from tests.support.conversion_cli import run
 
 TOLERANCE = 1e-4
 LINEAR_PRESETS = ("linear_transformer_gpt2", "linear_transformer_gpt2_medium", "linear_transformer_distilgpt2")
@@ -218,7 +214,7 @@ def test_the_softmax_reference_would_fail_the_linear_preset(linear_preset, monke
 
 def test_verify_fails_on_a_perturbed_weight(linear_preset, capsys):
     out, _ = linear_preset
-    _perturb(out)
+    perturb_a_kernel(out)
 
     code, stdout, stderr = run(capsys, "verify", out, "--reference", "linear_transformer_gpt2")
 

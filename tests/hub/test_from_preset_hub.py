@@ -1,5 +1,5 @@
 """`from_preset` over `hf://` handles and named presets, through the real
-`huggingface_hub` client talking to `tests.hub_server.LocalHub`.
+`huggingface_hub` client talking to `tests.support.hub_server.LocalHub`.
 
 Tiny `transformers` BERT checkpoints (and a tiny native preset) are published
 on the local hub; what loads from the hub must compute exactly what loads from

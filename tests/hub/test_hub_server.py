@@ -1,6 +1,6 @@
 """The local Hub stand-in works with the real `huggingface_hub` client.
 
-Every test talks to `tests.hub_server.LocalHub` on 127.0.0.1 through the
+Every test talks to `tests.support.hub_server.LocalHub` on 127.0.0.1 through the
 unmodified client (`hf_hub_download`, `snapshot_download`, ...), online and in
 offline mode from the cache.
 """
@@ -24,7 +24,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, http_get
 
-from tests.hub_server import LocalHub, configure_client
+from tests.support.hub_server import LocalHub, configure_client
 
 REPO = "zoo-org/tiny-model"
 CONFIG = b'{"hidden_size": 8}'

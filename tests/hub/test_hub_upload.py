@@ -1,5 +1,5 @@
 """`upload_preset` publishes native presets through the real `huggingface_hub`
-client to `tests.hub_server.LocalHub`, and what it publishes loads back.
+client to `tests.support.hub_server.LocalHub`, and what it publishes loads back.
 
 Also tests of the LocalHub upload endpoints that the client-level tests do not
 reach (malformed or hostile requests).
@@ -25,8 +25,8 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 import attention_zoo_keras as azk
 from attention_zoo_keras.hub.model_card import REPOSITORY_PLACEHOLDER
 from attention_zoo_keras.hub.upload import PresetUploadError
-from tests.conftest import TINY_VOCABULARY
-from tests.hub_server import serving
+from tests.support.tiny_checkpoints import TINY_VOCABULARY
+from tests.support.hub_server import serving
 
 TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
 WRITER = "hf_writer"  # may write to "me" and "my-org"

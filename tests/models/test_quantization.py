@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 import attention_zoo_keras as azk
 from attention_zoo_keras.hub.weights import CheckpointMismatchError
 from attention_zoo_keras.hub.weights import save_arrays
-from tests.hub_server import serving
+from tests.support.hub_server import serving
 from tests.support.tiny_models import random_ids
 from tests.support.tiny_models import from_preset_like
 from tests.support.tiny_models import outputs_of

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
-from tests.conftest import TINY_VOCABULARY
+from tests.support.tiny_checkpoints import TINY_VOCABULARY
 
 TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
 

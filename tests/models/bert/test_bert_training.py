@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
-from tests.conftest import TINY_VOCABULARY
+from tests.support.tiny_checkpoints import TINY_VOCABULARY
 
 POSITIVE = ["good", "great", "fine", "excellent", "wonderful"]
 NEGATIVE = ["bad", "awful", "poor", "boring", "dull"]

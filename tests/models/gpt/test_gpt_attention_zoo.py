@@ -11,10 +11,10 @@ import pytest
 
 from attention_zoo_keras.models.gpt import GPTBackbone
 from attention_zoo_keras.models.gpt import GPTCausalLM
-from tests.models.gpt.test_gpt_linear_attention import full_logits
-from tests.models.gpt.test_gpt_linear_attention import greedy_by_full_passes
-from tests.models.gpt.test_gpt_linear_attention import numpy
-from tests.models.gpt.test_gpt_linear_attention import right_padded
+from tests.support.gpt_decoding import full_logits
+from tests.support.gpt_decoding import greedy_by_full_passes
+from tests.support.gpt_decoding import numpy
+from tests.support.gpt_decoding import right_padded_inputs
 
 ATOL = 1e-4
 VOCABULARY = 40
@@ -67,7 +67,7 @@ def test_cached_logits_match_full_forward(lm):
 
 def test_greedy_generation_equals_recomputation(lm):
     prompts = [[3, 14, 15, 9, 2], [7], [26, 5, 35]]
-    result = lm.generate(right_padded(prompts), max_new_tokens=6, stop_token_ids=None)
+    result = lm.generate(right_padded_inputs(prompts), max_new_tokens=6, stop_token_ids=None)
     for row, prompt in enumerate(prompts):
         ours = result["token_ids"][row][result["padding_mask"][row].astype(bool)].tolist()
         assert ours == greedy_by_full_passes(lm, prompt, 6), f"prompt {row}"

@@ -7,20 +7,19 @@ import torch
 import transformers
 
 from attention_zoo_keras.models.gpt import GPTCausalLM
-from tests.models.gpt.test_gpt_generation import PROMPTS
-from tests.models.gpt.test_gpt_generation import right_padded
-from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 (fixture)
+from tests.support.gpt_decoding import PROMPTS
+from tests.support.gpt_decoding import right_padded
 
 NEW_TOKENS = 9
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_gpt2_checkpoints):  # noqa: F811
+def lm(tiny_gpt2_checkpoints):
     return GPTCausalLM.from_preset(str(tiny_gpt2_checkpoints["lm"]))
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_gpt2_checkpoints):  # noqa: F811
+def reference(tiny_gpt2_checkpoints):
     path = tiny_gpt2_checkpoints["lm"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.GPT2LMHeadModel.from_pretrained(path).eval()

@@ -8,19 +8,14 @@ import torch
 import transformers
 
 from attention_zoo_keras.models.gpt import GPTCausalLM
-from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 (fixture)
+from tests.support.gpt_decoding import PROMPTS
+from tests.support.gpt_decoding import right_padded
 
 ATOL = 1e-4
-PROMPTS = [
-    "the cat sat on the mat",
-    "a man",
-    "the new movie is awesome! the dog",
-    "x",
-]
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_gpt2_checkpoints):  # noqa: F811
+def lm(tiny_gpt2_checkpoints):
     return GPTCausalLM.from_preset(str(tiny_gpt2_checkpoints["lm"]))
 
 
@@ -50,17 +45,6 @@ def test_cached_logits_match_full_forward(lm):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(logits)[:, 0], full[:, index], atol=ATOL)
 
 
-def right_padded(encoded):
-    """`(token_ids, padding_mask)` of id lists, right-padded with 0."""
-    width = max(map(len, encoded))
-    token_ids = np.zeros((len(encoded), width), "int32")
-    padding_mask = np.zeros((len(encoded), width), "int32")
-    for row, ids in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
-    return token_ids, padding_mask
-
-
 def _reference(path, prompts, max_new_tokens, eos_token_id=None):
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.GPT2LMHeadModel.from_pretrained(path).eval()
@@ -80,7 +64,7 @@ def _reference(path, prompts, max_new_tokens, eos_token_id=None):
     return outputs, tokenizer
 
 
-def test_greedy_generation_matches_transformers(lm, tiny_gpt2_checkpoints):  # noqa: F811
+def test_greedy_generation_matches_transformers(lm, tiny_gpt2_checkpoints):
     path = tiny_gpt2_checkpoints["lm"]
     new = 6
     expected, tokenizer = _reference(path, PROMPTS, new)
@@ -103,7 +87,7 @@ def test_greedy_generation_matches_transformers(lm, tiny_gpt2_checkpoints):  # n
     assert lm.generate(PROMPTS[1], max_new_tokens=new, stop_token_ids=None) == texts[1]
 
 
-def test_max_length_pads_every_row_to_the_same_total(lm, tiny_gpt2_checkpoints):  # noqa: F811
+def test_max_length_pads_every_row_to_the_same_total(lm, tiny_gpt2_checkpoints):
     path = tiny_gpt2_checkpoints["lm"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     encoded = [tokenizer(p)["input_ids"] for p in PROMPTS]
@@ -120,7 +104,7 @@ def test_max_length_pads_every_row_to_the_same_total(lm, tiny_gpt2_checkpoints):
     assert result["token_ids"].tolist() == expected
 
 
-def test_stop_tokens_end_rows(lm, tiny_gpt2_checkpoints):  # noqa: F811
+def test_stop_tokens_end_rows(lm, tiny_gpt2_checkpoints):
     path = tiny_gpt2_checkpoints["lm"]
     expected, tokenizer = _reference(path, PROMPTS, 10)
     # Pick as stop token the first generated token of prompt 0: that row stops

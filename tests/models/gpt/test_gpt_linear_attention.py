@@ -12,6 +12,10 @@ from attention_zoo_keras.attention import registry
 from attention_zoo_keras.attention import softmax
 from attention_zoo_keras.models.gpt import GPTBackbone
 from attention_zoo_keras.models.gpt import GPTCausalLM
+from tests.support.gpt_decoding import full_logits
+from tests.support.gpt_decoding import greedy_by_full_passes
+from tests.support.gpt_decoding import numpy
+from tests.support.gpt_decoding import right_padded_inputs
 
 ATOL = 1e-4
 VOCABULARY = 40
@@ -37,15 +41,6 @@ def lm():
         noise = rng.normal(0.0, 0.3, variable.shape)
         variable.assign((1.0 + noise if variable.path.endswith("gamma") else noise).astype("float32"))
     return lm
-
-
-def numpy(x):
-    return keras.ops.convert_to_numpy(x)
-
-
-def full_logits(lm, token_ids):
-    token_ids = np.asarray(token_ids, "int32")
-    return numpy(lm({"token_ids": token_ids, "padding_mask": np.ones_like(token_ids)}))
 
 
 def test_the_decoding_protocol_is_the_mechanisms():
@@ -114,33 +109,6 @@ def test_cache_size_does_not_depend_on_the_length(lm):
     assert {keras.backend.standardize_dtype(t.dtype) for layer in cache for t in layer} == {"float32"}
 
 
-def right_padded(prompts):
-    width = max(map(len, prompts))
-    token_ids = np.zeros((len(prompts), width), "int32")
-    padding_mask = np.zeros((len(prompts), width), "int32")
-    for row, ids in enumerate(prompts):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
-    return {"token_ids": token_ids, "padding_mask": padding_mask}
-
-
-def greedy_by_full_passes(lm, prompt, new_tokens):
-    """Greedy decoding by a full forward pass per new token, with no cache.
-    Each pass reads a right-padded buffer of one fixed length (a causal model's
-    logits at a position do not see later positions), so eager backends
-    compile its ops for one shape, not one per length."""
-    sequence = list(prompt)
-    buffer_length = max(16, len(prompt) + new_tokens)
-    for _ in range(new_tokens):
-        token_ids = np.zeros((1, buffer_length), "int32")
-        token_ids[0, : len(sequence)] = sequence
-        padding_mask = (np.arange(buffer_length) < len(sequence)).astype("int32")[None]
-        logits = numpy(lm({"token_ids": token_ids, "padding_mask": padding_mask}))[0, len(sequence) - 1]
-        assert np.sort(logits)[-1] - np.sort(logits)[-2] > 1e-3  # no near-tie to decide by rounding
-        sequence.append(int(np.argmax(logits)))
-    return sequence
-
-
 @pytest.mark.parametrize(
     "prompts",
     [
@@ -149,14 +117,14 @@ def greedy_by_full_passes(lm, prompt, new_tokens):
     ],
 )
 def test_greedy_generation_equals_recomputation(lm, prompts):
-    result = lm.generate(right_padded(prompts), max_new_tokens=NEW_TOKENS, stop_token_ids=None)
+    result = lm.generate(right_padded_inputs(prompts), max_new_tokens=NEW_TOKENS, stop_token_ids=None)
     for row, prompt in enumerate(prompts):
         ours = result["token_ids"][row][result["padding_mask"][row].astype(bool)].tolist()
         assert ours == greedy_by_full_passes(lm, prompt, NEW_TOKENS), f"prompt {row}"
 
 
 def test_sampling_and_beam_search_run(lm):
-    prompts = right_padded([[3, 14, 15, 9, 2], [7], [26, 5, 35]])
+    prompts = right_padded_inputs([[3, 14, 15, 9, 2], [7], [26, 5, 35]])
     greedy = lm.generate(prompts, max_new_tokens=NEW_TOKENS, stop_token_ids=None)
 
     def sample(seed, **options):

@@ -14,21 +14,10 @@ from attention_zoo_keras.models.gpt import GPTBackbone
 from attention_zoo_keras.models.gpt import GPTCausalLM
 from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt import GPTTokenizer
-from tests.conftest import _perturbed
+from tests.support.tiny_checkpoints import GPT2_CORPUS as CORPUS
 
 ATOL = 1e-4
 
-CORPUS = [
-    "the cat sat on the mat",
-    "the dog sat on the log",
-    "a man is eating food",
-    "a woman is playing the violin",
-    "the new movie is awesome!",
-    "Hello world, naïve café — 東京 🙂",
-    "Transformers process sequences with self-attention.",
-    "   leading and trailing spaces   ",
-    "numbers 12345 and   tabs\tand\nnewlines",
-]
 PROMPTS = [
     "the cat sat on the mat",
     "a man",
@@ -36,38 +25,6 @@ PROMPTS = [
     "Hello 🙂",
     "x",
 ]
-TINY_GPT2 = dict(
-    n_positions=32, n_embd=32, n_layer=2, n_head=4,
-    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-)
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2_checkpoints(tmp_path_factory):
-    """Random-weight tiny `transformers` GPT-2 checkpoints with a byte-level
-    BPE trained on `CORPUS`: `{"lm": GPT2LMHeadModel dir, "model": GPT2Model dir}`,
-    each with `config.json`, `model.safetensors` and the tokenizer files
-    `transformers` writes (`tokenizer.json`); `vocab.json` and `merges.txt`
-    lie in their parent folder."""
-    import tokenizers
-
-    root = tmp_path_factory.mktemp("tiny_gpt2")
-    trainer = tokenizers.ByteLevelBPETokenizer()
-    trainer.train_from_iterator(
-        CORPUS * 4, vocab_size=320, min_frequency=1, special_tokens=["<|endoftext|>"], show_progress=False
-    )
-    trainer.save_model(str(root))
-    tokenizer = transformers.GPT2TokenizerFast(vocab=str(root / "vocab.json"), merges=str(root / "merges.txt"))
-    config = transformers.GPT2Config(vocab_size=len(tokenizer), **TINY_GPT2)
-    torch.manual_seed(0)
-    models = {"lm": transformers.GPT2LMHeadModel(config), "model": transformers.GPT2Model(config)}
-    paths = {}
-    for seed, (name, model) in enumerate(models.items()):
-        path = root / name
-        _perturbed(model, seed + 10).save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        paths[name] = path
-    return paths
 
 
 def hf_batch(path, texts, max_length=16):

@@ -8,15 +8,14 @@ import torch
 import transformers
 
 from attention_zoo_keras.models.gpt import GPTCausalLM
-from tests.models.gpt.test_gpt_generation import PROMPTS
-from tests.models.gpt.test_gpt_generation import right_padded
-from tests.models.gpt.test_gpt_parity import tiny_gpt2_checkpoints  # noqa: F401 (fixture)
+from tests.support.gpt_decoding import PROMPTS
+from tests.support.gpt_decoding import right_padded
 
 NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_gpt2_checkpoints):  # noqa: F811
+def lm(tiny_gpt2_checkpoints):
     return GPTCausalLM.from_preset(str(tiny_gpt2_checkpoints["lm"]))
 
 
@@ -35,7 +34,7 @@ def _nucleus_draw(logits, uniform, p, temperature):
     return int(kept[np.searchsorted(cumulative, uniform, side="right")])
 
 
-def test_top_p_samples_are_the_reference_draws(lm, tiny_gpt2_checkpoints):  # noqa: F811
+def test_top_p_samples_are_the_reference_draws(lm, tiny_gpt2_checkpoints):
     path = tiny_gpt2_checkpoints["lm"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.GPT2LMHeadModel.from_pretrained(path).eval()

@@ -23,7 +23,7 @@ from attention_zoo_keras.models.reformer import ReformerBackbone
 from attention_zoo_keras.models.reformer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer import ReformerCausalLM
 from attention_zoo_keras.models.reformer import ReformerCausalLMPreprocessor
-from tests.conftest import _perturbed
+from tests.support.tiny_checkpoints import perturbed
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -59,7 +59,7 @@ def checkpoint(request, tmp_path_factory):
     vocabulary: the converter builds the enwik8 byte tokenizer)."""
     config = transformers.ReformerConfig(**CONFIGS[request.param], **COMMON)
     torch.manual_seed(0)
-    model = _perturbed(transformers.ReformerModelWithLMHead(config), 5).eval()
+    model = perturbed(transformers.ReformerModelWithLMHead(config), 5).eval()
     with torch.no_grad():
         model.lm_head.bias.zero_()
     directory = tmp_path_factory.mktemp(f"reformer_{request.param}")

@@ -25,7 +25,7 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import UNKNOWN
 from attention_zoo_keras.tokenizers.sentencepiece_model import SentencePiece
 from attention_zoo_keras.tokenizers.sentencepiece_model import SentencePieceModel
 from attention_zoo_keras.tokenizers.sentencepiece_model import bpe_tokenizer
-from tests.conftest import _perturbed
+from tests.support.tiny_checkpoints import perturbed
 
 ATOL = 1e-4
 HASH_SEED = 7
@@ -80,10 +80,10 @@ def checkpoints(tmp_path_factory):
             transformers.ReformerConfig(**TINY_REFORMER, num_labels=NUM_CLASSES)
         ),
     }
-    _perturbed(models["masked_lm"], 21)
+    perturbed(models["masked_lm"], 21)
     with torch.no_grad():
         models["masked_lm"].lm_head.bias.zero_()  # transformers 5.x does not add it (see reformer_causal_lm)
-    _perturbed(models["classifier"], 22)
+    perturbed(models["classifier"], 22)
     paths = {}
     for name, model in models.items():
         path = root / name

@@ -14,8 +14,8 @@ from attention_zoo_keras.hub import PresetFileError
 from attention_zoo_keras.models.reformer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer import ReformerCausalLM
 from attention_zoo_keras.models.reformer import ReformerTokenizer
-from tests.conftest import _perturbed
-from tests.models.reformer.test_reformer_tokenizer import _train
+from tests.support.tiny_checkpoints import perturbed
+from tests.support.reformer_sentencepiece import train_sentencepiece
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -35,14 +35,14 @@ PROMPT = "He walked slowly towards the bridge"
 
 def _publish(local_hub, repo, directory, **config):
     model = transformers.ReformerModelWithLMHead(transformers.ReformerConfig(**TINY, **config))
-    _perturbed(model, 1).save_pretrained(directory)
+    perturbed(model, 1).save_pretrained(directory)
     local_hub.add_repo(repo, directory)
 
 
 @pytest.mark.slow
 def test_crime_and_punishment_preset_loads_its_sentencepiece_vocabulary(local_hub, tmp_path):
     directory = tmp_path / "crime"
-    spiece = _train(directory, "bpe")
+    spiece = train_sentencepiece(directory, "bpe")
     processor = sentencepiece.SentencePieceProcessor(model_file=str(spiece))
     _publish(
         local_hub, "google/reformer-crime-and-punishment", directory, vocab_size=processor.get_piece_size(),
@@ -88,7 +88,7 @@ def test_conversion_reads_a_bin_checkpoint_verifies_and_writes_a_native_preset(t
     config = transformers.ReformerConfig(
         **TINY, vocab_size=258, attn_layers=["local", "lsh"], num_hashes=2, num_buckets=[2, 2], eos_token_id=1
     )
-    model = _perturbed(transformers.ReformerModelWithLMHead(config), 2)  # lm_head.bias nonzero too
+    model = perturbed(transformers.ReformerModelWithLMHead(config), 2)  # lm_head.bias nonzero too
     model.save_pretrained(source)
     (source / "model.safetensors").unlink()
     torch.save(model.state_dict(), source / "pytorch_model.bin")
@@ -106,7 +106,7 @@ def test_conversion_reads_a_bin_checkpoint_verifies_and_writes_a_native_preset(t
 def test_conversion_saves_nothing_when_verification_fails(tmp_path, monkeypatch):
     source = tmp_path / "checkpoint"
     config = transformers.ReformerConfig(**TINY, vocab_size=258, attn_layers=["lsh"], num_buckets=4, eos_token_id=1)
-    _perturbed(transformers.ReformerModelWithLMHead(config), 3).save_pretrained(source)
+    perturbed(transformers.ReformerModelWithLMHead(config), 3).save_pretrained(source)
     source_handle = azk.hub.PresetSource(str(source))
     model = state_dict.convert(ReformerCausalLM, str(source))
     assert verifiers.verify_reformer(model, source_handle, 8)["max_abs_difference"]["logits"] < verifiers.TOLERANCE

@@ -4,7 +4,6 @@ kind `google/reformer-crime-and-punishment` ships, and
 `ReformerByteTokenizer` against the byte scheme of the
 `google/reformer-enwik8` model card; saving and loading both."""
 
-import io
 import random
 import re
 
@@ -19,35 +18,11 @@ from attention_zoo_keras.models.reformer.reformer_tokenizer import byte_tokenize
 from attention_zoo_keras.tokenizers.sentencepiece_model import BPE
 from attention_zoo_keras.tokenizers.sentencepiece_model import bpe_tokenizer
 from attention_zoo_keras.tokenizers.sentencepiece_model import read_sentencepiece_model
+from tests.support.reformer_sentencepiece import CORPUS
+from tests.support.reformer_sentencepiece import train_sentencepiece
 
 sentencepiece = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
-
-# English prose in the manner of a nineteenth-century novel, with digits,
-# punctuation and quotes, to train a BPE model with 200 pieces.
-CORPUS = (
-    "On an exceptionally hot evening early in July a young man came out of the garret in which he lodged.",
-    "He walked slowly, as though in hesitation, towards the bridge over the canal.",
-    "He had successfully avoided meeting his landlady on the staircase.",
-    "His garret was under the roof of a high, five-storied house and was more like a cupboard than a room.",
-    "The landlady who provided him with garret, dinners, and attendance lived on the floor below.",
-    "Every time he went out he was obliged to pass her kitchen, the door of which invariably stood open.",
-    '"What do you want?" she asked, and he answered that he wanted nothing at all.',
-    "He was hopelessly in debt to her, 42 roubles and 3 copecks, and was afraid of meeting her.",
-    "It was not that he was cowardly and abject; quite the contrary, but for some time past he had been in an "
-    "overstrained, irritable condition.",
-    "The heat in the street was terrible: and the airlessness, the bustle and the plaster everywhere.",
-    "At 7 o'clock he left the tavern; the clock struck 8 as he crossed the square.",
-    "Why am I going there now? Am I capable of that? Is that serious? It is not serious at all!",
-    "She counted the money twice: 1, 2, 3, 10, 100 and 1,000, then she put it in a drawer.",
-    "He stood still for a minute, then walked on, thinking of the old woman and her sister.",
-    "The room into which the young man walked was a small room with yellow paper on the walls.",
-    "There were geraniums and muslin curtains in the windows, and the setting sun shone into the room.",
-    "Everything was very clean; the floor and the furniture were brightly polished.",
-    "He felt that he was completely alone, and the thought of it made him tremble.",
-    "In the evening he went back to his room, lay down on the sofa and slept until morning.",
-    "Tomorrow, tomorrow, he said to himself; everything will be settled tomorrow.",
-)
 
 HAND_WRITTEN_TEXTS = [
     "",
@@ -79,30 +54,9 @@ def _random_texts(count, seed=0):
 TEXTS = [*CORPUS, *HAND_WRITTEN_TEXTS, *_random_texts(500)]
 
 
-def _train(directory, model_type, vocab_size=200, **options):
-    """Trains a SentencePiece model on `CORPUS` with SentencePiece's default
-    settings (NMT NFKC normalization, `<unk>` 0, `<s>` 1, `</s>` 2) and
-    writes it to `directory/spiece.model`."""
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS * 3),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        hard_vocab_limit=False,
-        num_threads=1,
-        minloglevel=2,
-        **options,
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "spiece.model"
-    path.write_bytes(model.getvalue())
-    return path
-
-
 @pytest.fixture(scope="module")
 def spiece_model(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("reformer_bpe"), "bpe")
+    return train_sentencepiece(tmp_path_factory.mktemp("reformer_bpe"), "bpe")
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +182,7 @@ def test_save_and_read_back(tokenizer, tmp_path):
 
 
 def test_unigram_models_also_match_sentencepiece(tmp_path):
-    path = _train(tmp_path, "unigram", vocab_size=150)
+    path = train_sentencepiece(tmp_path, "unigram", vocab_size=150)
     processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
     tokenizer = ReformerTokenizer.from_sentencepiece(path)
     # Not texts spelling a control piece with characters the model lacks
@@ -239,7 +193,7 @@ def test_unigram_models_also_match_sentencepiece(tmp_path):
 
 
 def test_bpe_model_without_dummy_prefix_or_whitespace_split_matches_sentencepiece(tmp_path):
-    path = _train(tmp_path, "bpe", add_dummy_prefix=False, split_by_whitespace=False, remove_extra_whitespaces=False)
+    path = train_sentencepiece(tmp_path, "bpe", add_dummy_prefix=False, split_by_whitespace=False, remove_extra_whitespaces=False)
     model = read_sentencepiece_model(path)
     assert not model.add_dummy_prefix and not model.split_by_whitespace and not model.remove_extra_whitespaces
     processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
@@ -249,13 +203,13 @@ def test_bpe_model_without_dummy_prefix_or_whitespace_split_matches_sentencepiec
 
 
 def test_unsupported_models_are_refused(tmp_path):
-    char = _train(tmp_path / "char", "char")
+    char = train_sentencepiece(tmp_path / "char", "char")
     with pytest.raises(ValueError, match=rf"'{re.escape(str(char))}': only BPE and unigram .* this one is CHAR"):
         ReformerTokenizer.from_sentencepiece(char)
-    user_defined = _train(tmp_path / "user", "bpe", user_defined_symbols=["<sep>"])
+    user_defined = train_sentencepiece(tmp_path / "user", "bpe", user_defined_symbols=["<sep>"])
     with pytest.raises(ValueError, match=rf"'{re.escape(str(user_defined))}': .*user-defined pieces"):
         ReformerTokenizer.from_sentencepiece(user_defined)
-    no_end = _train(tmp_path / "no_end", "bpe", eos_id=-1)
+    no_end = train_sentencepiece(tmp_path / "no_end", "bpe", eos_id=-1)
     with pytest.raises(ValueError, match=r"needs the token '</s>'"):
         ReformerTokenizer.from_sentencepiece(no_end)
 

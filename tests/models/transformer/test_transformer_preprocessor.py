@@ -13,7 +13,7 @@ from attention_zoo_keras.tokenizers.sentencepiece_model import UNKNOWN
 from attention_zoo_keras.tokenizers.sentencepiece_model import SentencePiece
 from attention_zoo_keras.tokenizers.sentencepiece_model import SentencePieceModel
 from attention_zoo_keras.tokenizers.sentencepiece_model import unigram_tokenizer
-from tests.models.transformer.test_transformer_tokenizer import TEXTS
+from tests.support.marian_texts import TEXTS
 
 
 # Shared ids: </s> 0, <unk> 1, source words 2-4, target words 5-8, <pad> 9.

@@ -15,8 +15,8 @@ from attention_zoo_keras.models.transformer import TransformerBackbone
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLM
 from attention_zoo_keras.models.transformer import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer import TransformerTokenizer
-from tests.models.transformer.conftest import SOURCE_CORPUS
-from tests.models.transformer.conftest import TARGET_CORPUS
+from tests.support.tiny_checkpoints import SOURCE_CORPUS
+from tests.support.tiny_checkpoints import TARGET_CORPUS
 
 VOCABULARY = 40
 MAX_SEQUENCE_LENGTH = 32

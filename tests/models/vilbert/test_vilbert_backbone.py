@@ -9,8 +9,8 @@ import pytest
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
-from tests.models.vilbert.conftest import load
-from tests.models.vilbert.conftest import our_inputs
+from tests.support.vilbert_golden import load
+from tests.support.vilbert_golden import our_inputs
 
 ATOL = 1e-4
 

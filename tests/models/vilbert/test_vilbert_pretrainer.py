@@ -16,8 +16,8 @@ from attention_zoo_keras.models.vilbert import ViLBERTPretrainerPreprocessor
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
 from attention_zoo_keras.models.vilbert.vilbert_pretrainer import vilbert_pretraining_head_arrays
-from tests.models.vilbert.conftest import load
-from tests.models.vilbert.conftest import our_inputs
+from tests.support.vilbert_golden import load
+from tests.support.vilbert_golden import our_inputs
 
 ATOL = 1e-4
 

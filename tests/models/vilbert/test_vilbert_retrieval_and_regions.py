@@ -17,8 +17,8 @@ from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_
 from attention_zoo_keras.models.vilbert.vilbert_image_text_retriever import vilbert_retrieval_head_arrays
 from attention_zoo_keras.models.vilbert.vilbert_region_scorer import region_hit
 from attention_zoo_keras.models.vilbert.vilbert_region_scorer import vilbert_region_scorer_head_arrays
-from tests.models.vilbert.conftest import load
-from tests.models.vilbert.conftest import our_inputs
+from tests.support.vilbert_golden import load
+from tests.support.vilbert_golden import our_inputs
 
 ATOL = 1e-4
 

@@ -13,8 +13,8 @@ from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_
 from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
 from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import vilbert_vqa_head_arrays
-from tests.models.vilbert.conftest import load
-from tests.models.vilbert.conftest import our_inputs
+from tests.support.vilbert_golden import load
+from tests.support.vilbert_golden import our_inputs
 
 ATOL = 1e-4
 

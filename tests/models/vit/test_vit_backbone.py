@@ -18,39 +18,10 @@ from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from tests.support.tiny_models import weights_of
-from tests.conftest import _perturbed
+from tests.support.tiny_checkpoints import TINY_VIT
+from tests.support.tiny_checkpoints import perturbed
 
 ATOL = 1e-4
-TINY_VIT = dict(
-    image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-    intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-)
-LABELS = {0: "cat", 1: "dog", 2: "bird"}
-
-
-@pytest.fixture(scope="module")
-def tiny_vit_checkpoints(tmp_path_factory):
-    """Random-weight tiny `transformers` ViT checkpoints:
-    `{"model": ViTModel (with pooler), "no_pooler": ViTModel without it,
-    "classifier": 3-class ViTForImageClassification, "masked_image_modeling":
-    ViTForMaskedImageModeling}`."""
-    root = tmp_path_factory.mktemp("tiny_vit")
-    torch.manual_seed(0)
-    models = {
-        "model": transformers.ViTModel(transformers.ViTConfig(**TINY_VIT)),
-        "no_pooler": transformers.ViTModel(transformers.ViTConfig(**TINY_VIT), add_pooling_layer=False),
-        "classifier": transformers.ViTForImageClassification(
-            transformers.ViTConfig(**TINY_VIT, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
-        ),
-        "masked_image_modeling": transformers.ViTForMaskedImageModeling(
-            transformers.ViTConfig(**TINY_VIT, encoder_stride=8)
-        ),
-    }
-    paths = {}
-    for seed, (name, model) in enumerate(models.items()):
-        paths[name] = root / name
-        _perturbed(model, seed + 20).save_pretrained(paths[name])
-    return paths
 
 
 def images(height=32, width=32, batch=2, seed=0):
@@ -211,7 +182,7 @@ def test_preprocessor_settings(tiny_vit_checkpoints, tmp_path):
 
 def test_qkv_bias_false(tmp_path):
     torch.manual_seed(1)
-    model = _perturbed(transformers.ViTModel(transformers.ViTConfig(**TINY_VIT, qkv_bias=False)), 30)
+    model = perturbed(transformers.ViTModel(transformers.ViTConfig(**TINY_VIT, qkv_bias=False)), 30)
     model.save_pretrained(tmp_path)
     theirs, ours = images(seed=7)
     with torch.no_grad():

@@ -14,8 +14,8 @@ from PIL import Image
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from attention_zoo_keras.models.vit import ViTImageConverter
-from tests.conftest import _perturbed
-from tests.models.vit.test_vit_backbone import TINY_VIT
+from tests.support.tiny_checkpoints import perturbed
+from tests.support.tiny_checkpoints import TINY_VIT
 
 ATOL = 1e-4
 LABELS = {0: "cat", 1: "dog", 2: "bird", 3: "fish"}
@@ -28,7 +28,7 @@ def classifier_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_vit_classifier")
     torch.manual_seed(1)
     config = transformers.ViTConfig(**TINY_VIT, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
-    _perturbed(transformers.ViTForImageClassification(config), 31).save_pretrained(path)
+    perturbed(transformers.ViTForImageClassification(config), 31).save_pretrained(path)
     processor().save_pretrained(path)
     return path
 
