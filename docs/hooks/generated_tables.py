@@ -28,7 +28,6 @@ def _presets_table(family):
 
 
 def _options_table(mechanism):
-    registry.get_mechanism(mechanism)  # raises, naming close names, for a typo
     rows = ["| option | default |", "|---|---|"]
     rows += [f"| `{option}` | `{default!r}` |" for option, default in registry.mechanism_options(mechanism).items()]
     try:

@@ -27,12 +27,7 @@ def right_padded(encoded):
 
 def right_padded_inputs(prompts):
     """`{"token_ids", "padding_mask"}` of id lists, right-padded with 0."""
-    width = max(map(len, prompts))
-    token_ids = np.zeros((len(prompts), width), "int32")
-    padding_mask = np.zeros((len(prompts), width), "int32")
-    for row, ids in enumerate(prompts):
-        token_ids[row, : len(ids)] = ids
-        padding_mask[row, : len(ids)] = 1
+    token_ids, padding_mask = right_padded(prompts)
     return {"token_ids": token_ids, "padding_mask": padding_mask}
 
 
