@@ -8,8 +8,9 @@ row-major order, and E ∈ R^{(P_h·P_w·C) × D}. The weights are those of one
 convolution whose kernel and stride are the patch size (the reference
 implementation's); the layer computes it as the matrix product of the
 flattened patches with the kernel, the same numbers, and several times
-faster than a strided convolution's kernel on a CPU (torch: 2.5 against 17 ms
-for the forward and backward pass of 32 images of 16 × 16 in 4 × 4 patches).
+faster than a strided convolution's kernel on a CPU (torch on a shared 2-core
+x86 CPU: 2.5 against 17 ms for the forward and backward pass of 32 images of
+16 × 16 in 4 × 4 patches; a micro-measurement, not a benchmark against peers).
 Pixels past the last whole patch are dropped, as in the reference.
 """
 
