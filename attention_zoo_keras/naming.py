@@ -1,5 +1,6 @@
 """Names in errors: the hint every "unknown name" error ends with, and the
-registry of named objects (attention mechanisms, feature maps)."""
+one registry of named objects (attention mechanisms, linear attention's
+feature maps, samplers, activations, the classes a config may name)."""
 
 import difflib
 
@@ -20,9 +21,11 @@ class NameRegistry:
     a duplicate or an unknown name.
 
     Args:
-        kind: what the objects are, for messages (`"attention mechanism"`).
-        plural: the plural of the last word of `kind`, for the list of
-            known names (`"mechanisms"`).
+        kind: str. What the objects are, for messages (`"attention
+            mechanism"`).
+        plural: str. The plural of the last word of `kind`, for the list
+            of known names (`"mechanisms"`).
+        entries: dict or None. Objects to register at once, by name.
 
     Example:
 
@@ -36,10 +39,12 @@ class NameRegistry:
     ValueError: Unknown colour 'rod'. Did you mean: red? Known colours: red.
     """
 
-    def __init__(self, kind, plural):
+    def __init__(self, kind, plural, entries=None):
         self.kind = kind
         self.plural = plural
         self._entries = {}
+        for name, value in (entries or {}).items():
+            self.add(name, value)
 
     def add(self, name, value):
         """Registers `value` as `name`; a name can be taken only once."""

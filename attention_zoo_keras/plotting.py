@@ -10,15 +10,17 @@ def plot_attention(probabilities, query_labels=None, key_labels=None, heads=None
     scale from 0 to the largest weight drawn.
 
     Args:
-        probabilities: `(heads, queries, keys)` (one example of what
-            `layers.attention_maps` returns) or `(queries, keys)`.
-        query_labels: a label per query (tokens, patch numbers), or `None`
-            for positions.
-        key_labels: a label per key; defaults to `query_labels` when the
-            lengths agree (self-attention).
-        heads: indices of the heads to draw (default: all).
-        title: the figure's title.
-        head_size: inches per head.
+        probabilities: array of shape `(heads, queries, keys)` or
+            `(queries, keys)`. One example of what `layers.attention_maps`
+            returns.
+        query_labels: sequence or None. A label per query (tokens, patch
+            numbers); `None`: positions.
+        key_labels: sequence or None. A label per key; `None`:
+            `query_labels` when the lengths agree (self-attention).
+        heads: sequence of int or None. The indices of the heads to draw
+            (`None`: all).
+        title: str or None. The figure's title.
+        head_size: float. Inches per head.
 
     Returns:
         The `matplotlib.figure.Figure`.

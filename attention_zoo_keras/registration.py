@@ -17,11 +17,12 @@ import inspect
 
 import keras
 
+from attention_zoo_keras.naming import NameRegistry
 from attention_zoo_keras.naming import did_you_mean
 
 PACKAGE = "attention_zoo_keras"
 
-_REGISTERED_CLASSES = {}
+_REGISTERED_CLASSES = NameRegistry("registered class", "classes")
 
 
 class UnregisteredClassError(ValueError):
@@ -70,12 +71,13 @@ def check_arguments(cls, arguments, source, also_known=()):
     """Raises for any key of `arguments` that `cls(...)` does not take.
 
     Args:
-        cls: the class the arguments are for.
-        arguments: the keyword arguments (or a config dict).
-        source: where they came from, for the message (`"config.json of
-            'my_preset'"`, `"BertBackbone.from_preset"`).
-        also_known: other names valid where they were given (a
-            `from_preset`'s own arguments), offered as suggestions too.
+        cls: type. The class the arguments are for.
+        arguments: dict. The keyword arguments (or a config dict).
+        source: str. Where they came from, for the message (`"config.json
+            of 'my_preset'"`, `"BertBackbone.from_preset"`).
+        also_known: collection of str. Other names valid where they were
+            given (a `from_preset`'s own arguments), offered as suggestions
+            too.
 
     Raises:
         UnknownArgumentError: naming each unknown key, with the closest
@@ -93,16 +95,17 @@ def check_arguments(cls, arguments, source, also_known=()):
 def register(cls):
     """Class decorator: allow `cls` to be named in config files."""
     name = cls.__name__
-    if name in _REGISTERED_CLASSES and _REGISTERED_CLASSES[name] is not cls:
+    if name not in _REGISTERED_CLASSES:
+        _REGISTERED_CLASSES.add(name, cls)
+    elif _REGISTERED_CLASSES.get(name) is not cls:
         raise ValueError(f"Two classes are registered as '{name}'.")
-    _REGISTERED_CLASSES[name] = cls
     keras.saving.register_keras_serializable(package=PACKAGE)(cls)
     return cls
 
 
 def registered_names():
     """The sorted names of every registered class."""
-    return sorted(_REGISTERED_CLASSES)
+    return _REGISTERED_CLASSES.names()
 
 
 def registered_class(name, source="config"):
@@ -125,7 +128,7 @@ def registered_class(name, source="config"):
             f"{source} names the class '{name}', which attention_zoo_keras "
             f"has not registered, so it will not be built.{hint}"
         )
-    return _REGISTERED_CLASSES[name]
+    return _REGISTERED_CLASSES.get(name)
 
 
 def serialize(obj):
@@ -142,10 +145,11 @@ def deserialize(data, source="config", expected_base=None, **overrides):
     """Builds an object from `serialize`'s output, registered classes only.
 
     Args:
-        data: a dict with `class_name` and `config`.
-        source: where the data came from, named in errors.
-        expected_base: if given, the class must be a subclass of it.
-        **overrides: config entries to replace.
+        data: dict. Holds `class_name` and `config`.
+        source: str. Where the data came from, named in errors.
+        expected_base: type or None. If given, the class must be a subclass
+            of it.
+        **overrides: dict. Config entries to replace.
     """
     if not isinstance(data, dict) or "class_name" not in data:
         raise ValueError(f"{source} is not a serialized attention_zoo_keras object.")

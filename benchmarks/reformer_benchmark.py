@@ -10,10 +10,11 @@ Weights are random: nothing is downloaded.
 **Sweep model** (a small enwik8-like Reformer, so that full attention fits
 as far as it can): ``ReformerCausalLM`` on a ``ReformerBackbone(
 vocabulary_size=258, hidden_dim=256, num_heads=4, head_dim=64,
-intermediate_dim=1024, attention_layers=[m, m], num_hashes=2,
-lsh_chunk_length=64, lsh_num_chunks_before=1, hash_seed=0,
-axial_pos_shape=(n₁, n₂), axial_pos_embds_dim=(64, 192), dropout=0,
-recompute=True)`` with m = ``"lsh"`` or ``"softmax"`` (every layer the same;
+intermediate_dim=1024, attention=m, num_layers=2,
+attention_options={"lsh": {"num_hashes": 2, "chunk_length": 64,
+"num_chunks_before": 1, "seed": 0}}, axial_pos_shape=(n₁, n₂),
+axial_pos_embds_dim=(64, 192), dropout=0, recompute=True)`` with m =
+``"lsh"`` or ``"softmax"`` (every layer the same;
 full attention has its own query and key projections, LSH shares one, so
 the softmax model has 2 × 256² more weights). Per length L:
 ``axial_pos_shape`` factors L (n₁ = 2^⌊log₂L / 2⌋, n₂ = L / n₁: training
@@ -84,9 +85,10 @@ stops, longer lengths are not tried.
 **enwik8-shaped forward** (``--parts enwik8``): transformers'
 ``google/reformer-enwik8`` configuration with random weights —
 ``ReformerBackbone(vocabulary_size=258, hidden_dim=1024, num_heads=8,
-head_dim=128, intermediate_dim=4096, attention_layers=["lsh"] * 12,
-num_hashes=4, num_buckets=512, lsh_chunk_length=256, axial_pos_shape=(128,
-512), axial_pos_embds_dim=(256, 768), feed_forward_chunk_size=4096,
+head_dim=128, intermediate_dim=4096, attention="lsh", num_layers=12,
+attention_options={"lsh": {"num_hashes": 4, "num_buckets": 512,
+"chunk_length": 256}}, axial_pos_shape=(128, 512), axial_pos_embds_dim=(256,
+768), feed_forward_chunk_size=4096,
 dropout=0)`` (the feed-forward runs 4096 positions at a time, so the 65536 ×
 4096 activation never exists whole) — one forward over 65536 tokens,
 compiled ahead of time, timed once, with its call peak, process peak and
@@ -107,6 +109,7 @@ Example::
 """
 
 import argparse
+import copy
 import gc
 import json
 import os
@@ -150,21 +153,22 @@ MIB = 1024**2
 
 SWEEP_MODEL = dict(
     vocabulary_size=258, hidden_dim=256, num_heads=4, head_dim=64, intermediate_dim=1024, num_layers=2,
-    num_hashes=2, lsh_chunk_length=64, axial_pos_embds_dim=(64, 192), feed_forward_chunk_size=None,
+    attention_options={"lsh": {"num_hashes": 2, "chunk_length": 64}}, axial_pos_embds_dim=(64, 192),
+    feed_forward_chunk_size=None,
 )
 # transformers' google/reformer-enwik8 (config.json), random weights.
 ENWIK8_MODEL = dict(
     vocabulary_size=258, hidden_dim=1024, num_heads=8, head_dim=128, intermediate_dim=4096, num_layers=12,
-    num_hashes=4, num_buckets=512, lsh_chunk_length=256, axial_pos_shape=(128, 512),
-    axial_pos_embds_dim=(256, 768), feed_forward_chunk_size=4096,
+    attention_options={"lsh": {"num_hashes": 4, "num_buckets": 512, "chunk_length": 256}},
+    axial_pos_shape=(128, 512), axial_pos_embds_dim=(256, 768), feed_forward_chunk_size=4096,
 )
 ENWIK8_LENGTH = 65536
 # --tiny: a seconds-long smoke run of the script itself, not a benchmark.
 TINY_SWEEP_MODEL = dict(SWEEP_MODEL, hidden_dim=64, num_heads=2, head_dim=16, intermediate_dim=128,
-                        lsh_chunk_length=16, axial_pos_embds_dim=(16, 48))
+                        attention_options={"lsh": {"num_hashes": 2, "chunk_length": 16}}, axial_pos_embds_dim=(16, 48))
 TINY_ENWIK8_MODEL = dict(ENWIK8_MODEL, hidden_dim=64, num_heads=2, head_dim=16, intermediate_dim=128, num_layers=2,
-                         num_buckets=16, lsh_chunk_length=32, axial_pos_shape=(16, 32), axial_pos_embds_dim=(16, 48),
-                         feed_forward_chunk_size=128)
+                         attention_options={"lsh": {"num_hashes": 4, "num_buckets": 16, "chunk_length": 32}},
+                         axial_pos_shape=(16, 32), axial_pos_embds_dim=(16, 48), feed_forward_chunk_size=128)
 TINY_LENGTHS = [256, 512]
 TINY_ENWIK8_LENGTH = 512
 
@@ -230,12 +234,13 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"unknown parts, mechanisms or modes: {', '.join(unknown)}")
     check_plot_arguments(parser, args)
-    args.sweep_model = dict(TINY_SWEEP_MODEL if args.tiny else SWEEP_MODEL)
-    args.enwik8_model = dict(TINY_ENWIK8_MODEL if args.tiny else ENWIK8_MODEL)
-    for key, value in (("num_layers", args.num_layers), ("num_heads", args.num_heads),
-                       ("num_hashes", args.num_hashes)):
+    args.sweep_model = copy.deepcopy(TINY_SWEEP_MODEL if args.tiny else SWEEP_MODEL)
+    args.enwik8_model = copy.deepcopy(TINY_ENWIK8_MODEL if args.tiny else ENWIK8_MODEL)
+    for key, value in (("num_layers", args.num_layers), ("num_heads", args.num_heads)):
         if value is not None:
             args.sweep_model[key] = value
+    if args.num_hashes is not None:
+        args.sweep_model["attention_options"]["lsh"]["num_hashes"] = args.num_hashes
     if args.enwik8_layers is not None:
         args.enwik8_model["num_layers"] = args.enwik8_layers
     args.enwik8_length = args.enwik8_length or (TINY_ENWIK8_LENGTH if args.tiny else ENWIK8_LENGTH)
@@ -276,17 +281,15 @@ def transformers_num_buckets(length, chunk_length, max_position_embeddings):
 def model_config(model, mechanism, length):
     """`ReformerBackbone` keyword arguments for `model` (SWEEP_MODEL-like)
     with every layer's attention `mechanism`, at sequence `length`."""
-    config = dict(model)
-    num_layers = config.pop("num_layers")
+    config = copy.deepcopy(model)
     if "axial_pos_shape" not in config:
         config["axial_pos_shape"] = axial_shape(length)
-    if "num_buckets" not in config:
+    lsh = config["attention_options"]["lsh"]
+    if "num_buckets" not in lsh:
         positions = config["axial_pos_shape"][0] * config["axial_pos_shape"][1]
-        config["num_buckets"] = transformers_num_buckets(length, config["lsh_chunk_length"], positions)
-    config.update(
-        attention_layers=[mechanism] * num_layers, is_causal=True, hash_seed=0, dropout=0.0,
-        lsh_attention_dropout=0.0, local_attention_dropout=0.0, recompute=True, seed=0,
-    )
+        lsh["num_buckets"] = transformers_num_buckets(length, lsh["chunk_length"], positions)
+    lsh["seed"] = 0
+    config.update(attention=mechanism, is_causal=True, dropout=0.0, attention_dropout=0.0, recompute=True, seed=0)
     config["axial_pos_shape"] = tuple(config["axial_pos_shape"])
     config["axial_pos_embds_dim"] = tuple(config["axial_pos_embds_dim"])
     return config
@@ -697,7 +700,7 @@ def run_enwik8(args, spec_base, log):
     """The enwik8-shaped forward at --enwik8-length, halved until it fits."""
     attempts = []
     length = args.enwik8_length
-    while length >= args.enwik8_model["lsh_chunk_length"] * 2:
+    while length >= args.enwik8_model["attention_options"]["lsh"]["chunk_length"] * 2:
         spec = dict(spec_base, model=args.enwik8_model, mechanism="lsh", length=length, modes=["forward"],
                     repeats=1)
         result = run_point(spec) if args.in_process else run_in_subprocess(spec, args, args.enwik8_timeout)

@@ -17,8 +17,8 @@ from attention_zoo_keras.attention.decoding import DecodingCache
 from attention_zoo_keras.attention.decoding import KeyValueCache
 from attention_zoo_keras.attention.linear import causal_linear_attention
 from attention_zoo_keras.attention.linear import linear_attention
-from attention_zoo_keras.attention.linear import linear_attention_initial_state
-from attention_zoo_keras.attention.linear import linear_attention_step
+from attention_zoo_keras.attention.linear_decoding import linear_attention_initial_state
+from attention_zoo_keras.attention.linear_decoding import linear_attention_step
 from attention_zoo_keras.attention.local import local_attention
 from attention_zoo_keras.attention.local import local_mask
 from attention_zoo_keras.attention.local_2d import local_attention_2d

@@ -52,8 +52,10 @@ def additive_attention_weights(num_heads, head_dim, units=None):
     A layer creates one variable per entry and passes it under that name.
 
     Args:
-        num_heads, head_dim: the layer's heads and per-head size.
-        units: hidden units of the score network; defaults to `head_dim`.
+        num_heads: int. The layer's number of heads.
+        head_dim: int. The per-head size.
+        units: int or None. Hidden units of the score network; `None`:
+            `head_dim`.
 
     Example:
 
@@ -118,18 +120,21 @@ def additive_attention(
     """Bahdanau additive attention over `(batch, length, num_heads, head_dim)` tensors.
 
     Args:
-        query: `(B, T, N, H)`.
-        key: `(B, S, N, H)`.
-        value: `(B, S, N, H_v)`.
-        attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True` attends.
-        is_causal: also forbid attending to later positions (the last query
-            aligned with the last key, as `causal_mask`).
-        dropout_rate: dropout on the attention probabilities while training.
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        query_kernel: W_q, `(N, H, units)`.
-        key_kernel: W_k, `(N, H, units)`.
-        score_vector: v, `(N, units)`.
+        query: tensor of shape `(B, T, N, H)`. The queries.
+        key: tensor of shape `(B, S, N, H)`. The keys.
+        value: tensor of shape `(B, S, N, H_v)`. The values.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, T, S)`;
+            `True` attends.
+        is_causal: bool. Also forbid attending to later positions (the last
+            query aligned with the last key, as `causal_mask`).
+        dropout_rate: float. Dropout on the attention probabilities while
+            training.
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        query_kernel: tensor of shape `(N, H, units)`. W_q.
+        key_kernel: tensor of shape `(N, H, units)`. W_k.
+        score_vector: tensor of shape `(N, units)`. v.
 
     Returns:
         `(B, T, N, H_v)`.

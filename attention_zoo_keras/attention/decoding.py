@@ -3,7 +3,7 @@
 mechanism attending over stored keys and values decodes with (softmax,
 relative, Transformer-XL, additive, local, sparse). A mechanism registers
 its decoding with `registry.register_decoding`; the recurrent state of
-linear attention (`linear.RecurrentState`) and LSH attention's cache
+linear attention (`linear_decoding.RecurrentState`) and LSH attention's cache
 (`lsh_decoding.LSHDecodingCache`) live beside their mechanisms.
 """
 
@@ -32,7 +32,7 @@ class DecodingCache(abc.ABC):
     the Reformer's reference implementation does instead.
 
     Attributes:
-        position_addressed: `True` if the cache stores each position in its
+        position_addressed: bool. `True` if the cache stores each position in its
             own slot (a key/value cache): writing a position again replaces
             it, so a caller may re-feed positions. `False` if it is a running
             summary (a recurrent state): every position must be fed exactly
@@ -59,13 +59,14 @@ class DecodingCache(abc.ABC):
         axis 0 is the batch (so beam search reorders it with `ops.take`).
 
         Args:
-            batch: number of sequences.
-            max_length: longest total length the cache must hold (ignored
-                by caches that are not position-addressed).
-            num_heads, head_dim: the layer's heads and per-head size.
-            dtype: the layer's compute dtype.
-            **options: the mechanism's call options (`call_options`), for
-                caches whose shape depends on one (linear's feature map).
+            batch: int. The number of sequences.
+            max_length: int. The longest total length the cache must hold
+                (ignored by caches that are not position-addressed).
+            num_heads: int. The layer's number of heads.
+            head_dim: int. The per-head size.
+            dtype: str. The layer's compute dtype.
+            **options: dict. The mechanism's call options (`call_options`),
+                for caches whose shape depends on one (linear's feature map).
         """
 
     @abc.abstractmethod
@@ -86,20 +87,28 @@ class DecodingCache(abc.ABC):
         """New positions attend over the cached ones and themselves.
 
         Args:
-            query, key, value: `(batch, T, num_heads, head_dim)`, the new
-                positions' projections.
-            cache: from `initial_cache` or a previous call (use the returned
-                one: a cache may be updated in place, see
+            query: tensor of shape `(batch, T, num_heads, head_dim)`. The
+                new positions' query projections.
+            key: tensor of shape `(batch, T, num_heads, head_dim)`. The new
+                positions' key projections.
+            value: tensor of shape `(batch, T, num_heads, head_dim)`. The
+                new positions' value projections.
+            cache: tuple of tensors. From `initial_cache` or a previous call
+                (use the returned one: a cache may be updated in place, see
                 `backend_support.write_rows`).
-            cache_update_index: int32 scalar `t0`, the first new position.
-            attention_mask: optional boolean `(batch or 1, 1, T or 1,
-                positions)` over absolute positions (at least `t0 + T` of
-                them), `True` where a position holds a real token (the
-                outputs at padding positions are unspecified).
-            is_causal: new query `i` sees positions `≤ t0 + i`.
-            dropout_rate, training, seed_generator: as for the mechanism.
-            **arguments: the mechanism's call options and weights, as the
-                layer passes them to the mechanism.
+            cache_update_index: int or int32 scalar tensor. `t0`, the first
+                new position.
+            attention_mask: bool tensor or None. Of shape `(batch or 1, 1,
+                T or 1, positions)` over absolute positions (at least
+                `t0 + T` of them), `True` where a position holds a real token
+                (the outputs at padding positions are unspecified).
+            is_causal: bool. New query `i` sees positions `≤ t0 + i`.
+            dropout_rate: float. As for the mechanism.
+            training: bool. As for the mechanism.
+            seed_generator: `keras.random.SeedGenerator` or None. As for the
+                mechanism.
+            **arguments: dict. The mechanism's call options and weights, as
+                the layer passes them to the mechanism.
 
         Returns:
             `(output (batch, T, num_heads, head_dim), new_cache)`.
@@ -123,7 +132,7 @@ class KeyValueCache(DecodingCache):
     `max_length`; time per new token with the positions attended over.
 
     Args:
-        attend: `attend(query, key_cache, value_cache, attention_mask,
+        attend: callable. `attend(query, key_cache, value_cache, attention_mask,
             query_offset, is_causal, dropout_rate=, training=,
             seed_generator=, **arguments)`, the attention of queries at
             absolute positions `query_offset …` over the whole cache, under

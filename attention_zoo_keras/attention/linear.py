@@ -11,7 +11,7 @@ every query:
 in O(L·d²) time instead of O(L²). Under a causal mask the sums run over
 j ≤ i — S_i = S_{i−1} + φ(K_i)V_iᵀ, z_i = z_{i−1} + φ(K_i) — so the model is
 an RNN whose state (S, z) decodes one token at a time in constant memory
-(`linear_attention_step`). As in the authors' `fast-transformers`: no 1/√d,
+(`linear_decoding.py`). As in the authors' `fast-transformers`: no 1/√d,
 `eps` once in the denominator, key-padding masks only.
 
 `docs/attention/linear.md` holds the whole description: the chunked causal
@@ -22,8 +22,6 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.attention.blocks import axis_size
-from attention_zoo_keras.attention.decoding import DecodingCache
-from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 from attention_zoo_keras.naming import NameRegistry
 
@@ -83,18 +81,31 @@ def relu_feature_map(x):
     return ops.relu(x)
 
 
-# --- helpers --------------------------------------------------------------
+# --- helpers (shared with the recurrent form, `linear_decoding.py`) --------
 
 
-def _compute_dtype(*tensors):
-    """float64 if any input is float64, else float32 (also for half precision)."""
+def compute_dtype(*tensors):
+    """The dtype linear attention computes in: float64 if any input is
+    float64, else float32 (also for half precision).
+
+    Args:
+        *tensors: tensor. The inputs (query, key, value, a state).
+    """
     dtypes = {keras.backend.standardize_dtype(t.dtype) for t in tensors}
     return "float64" if "float64" in dtypes else "float32"
 
 
-def _key_padding(attention_mask):
-    """A key-padding mask broadcastable to `(batch, heads, 1, keys)` as a
-    boolean `(batch or 1, keys, heads or 1, 1)`, laid out like the keys."""
+def key_padding_mask(attention_mask):
+    """A key-padding mask laid out like the keys: boolean `(batch or 1,
+    keys, heads or 1, 1)`.
+
+    Args:
+        attention_mask: tensor. Broadcastable to `(batch, heads, 1, keys)`.
+
+    Raises:
+        ValueError: for a mask with a query axis longer than 1 (linear
+            attention shares its key/value sums among all queries).
+    """
     mask = ops.convert_to_tensor(attention_mask)
     rank = len(mask.shape)
     if rank == 0 or rank > 4:
@@ -119,20 +130,26 @@ def _key_padding(attention_mask):
 
 def _features(query, key, value, feature_map, attention_mask):
     """φ(Q), φ(K), V in the compute dtype, padded keys' φ(K_j) and V_j zeroed."""
-    dtype = _compute_dtype(query, key, value)
+    dtype = compute_dtype(query, key, value)
     phi = get_feature_map(feature_map)
     phi_query = phi(ops.cast(query, dtype))
     phi_key = phi(ops.cast(key, dtype))
     value = ops.cast(value, dtype)
     if attention_mask is not None:
-        keep = _key_padding(attention_mask)
+        keep = key_padding_mask(attention_mask)
         phi_key = ops.where(keep, phi_key, ops.zeros((), dtype))
         value = ops.where(keep, value, ops.zeros((), dtype))
     return phi_query, phi_key, value
 
 
-def _normalised(numerator, denominator, eps):
-    """numerator / (denominator + eps), as in the reference code."""
+def normalised(numerator, denominator, eps):
+    """`numerator / (denominator + eps)`, as in the reference code.
+
+    Args:
+        numerator: tensor. `φ(Q)ᵀS`, `(..., M)`.
+        denominator: tensor. `φ(Q)ᵀz`, `(...)`.
+        eps: float. Added to the denominator.
+    """
     return numerator / ops.expand_dims(denominator + ops.cast(eps, denominator.dtype), -1)
 
 
@@ -148,7 +165,13 @@ def check_no_attention_dropout(dropout_rate, training=True):
         )
 
 
-def _check_state(state, name="state"):
+def check_state(state, name="state"):
+    """`state` if it is a pair `(S, z)`; raises `ValueError` otherwise.
+
+    Args:
+        state: tuple. The recurrent state `(S, z)`.
+        name: str. The argument's name, for the message.
+    """
     if not (isinstance(state, (tuple, list)) and len(state) == 2):
         raise ValueError(f"{name} must be a pair (S, z) from linear_attention_initial_state; got {type(state)}.")
     return state
@@ -162,7 +185,7 @@ def _non_causal(phi_query, phi_key, value, eps):
     normaliser = ops.sum(phi_key, axis=1)  # z = Σ_j φ(K_j), (b, h, d)
     numerator = ops.einsum("bthd,bhdm->bthm", phi_query, state)
     denominator = ops.einsum("bthd,bhd->bth", phi_query, normaliser)
-    return _normalised(numerator, denominator, eps)
+    return normalised(numerator, denominator, eps)
 
 
 # --- causal, chunked ------------------------------------------------------
@@ -213,7 +236,7 @@ def _causal_chunked(phi_query, phi_key, value, eps, chunk_size, initial_state=No
     final_state = ops.sum(chunk_state, axis=1)
     final_normaliser = ops.sum(chunk_normaliser, axis=1)
     if initial_state is not None:
-        state0, normaliser0 = (ops.cast(t, q.dtype) for t in _check_state(initial_state, "initial_state"))
+        state0, normaliser0 = (ops.cast(t, q.dtype) for t in check_state(initial_state, "initial_state"))
         state_before = state_before + ops.expand_dims(state0, 1)
         normaliser_before = normaliser_before + ops.expand_dims(normaliser0, 1)
         final_state = final_state + state0
@@ -221,7 +244,7 @@ def _causal_chunked(phi_query, phi_key, value, eps, chunk_size, initial_state=No
     numerator = numerator + ops.einsum("bnihd,bnhdm->bnihm", q, state_before)
     denominator = denominator + ops.einsum("bnihd,bnhd->bnih", q, normaliser_before)
 
-    output = _normalised(numerator, denominator, eps)
+    output = normalised(numerator, denominator, eps)
     output = ops.reshape(output, (batch, padded_length, num_heads, value_dim))[:, :length]
     return output, (final_state, final_normaliser)
 
@@ -260,21 +283,23 @@ def linear_attention(
     see `docs/attention/linear.md`). No 1/√d scaling.
 
     Args:
-        query: `(B, T, N, D)`.
-        key: `(B, S, N, D)`.
-        value: `(B, S, N, M)`.
-        attention_mask: a key-padding mask only: boolean, broadcastable to
-            `(B, N, 1, S)`; `True` where a key is real. A mask with a query
-            axis longer than 1 raises `ValueError`.
-        is_causal: query `i` sees keys `j ≤ i`; needs `T == S`.
-        dropout_rate: must be 0 when `training` (there are no attention
-            probabilities to drop); see `docs/attention/linear.md`.
-        training: whether the call is in training mode.
-        seed_generator: unused (the mechanism calling convention).
-        feature_map: a name from `feature_map_names()` or a callable.
-        eps: added to the denominator, as in the reference code.
-        chunk_size: chunk length of the causal form (at most the sequence
-            length is used); memory O(L·chunk + (L/chunk)·D·M).
+        query: tensor of shape `(B, T, N, D)`. The queries.
+        key: tensor of shape `(B, S, N, D)`. The keys.
+        value: tensor of shape `(B, S, N, M)`. The values.
+        attention_mask: bool tensor or None. A key-padding mask only,
+            broadcastable to `(B, N, 1, S)`; `True` where a key is real. A
+            mask with a query axis longer than 1 raises `ValueError`.
+        is_causal: bool. Query `i` sees keys `j ≤ i`; needs `T == S`.
+        dropout_rate: float. Must be 0 when `training` (there are no
+            attention probabilities to drop); see `docs/attention/linear.md`.
+        training: bool. Whether the call is in training mode.
+        seed_generator: `keras.random.SeedGenerator` or None. Unused (the
+            mechanism calling convention).
+        feature_map: str or callable. A name from `feature_map_names()` or a
+            callable.
+        eps: float. Added to the denominator, as in the reference code.
+        chunk_size: int. Chunk length of the causal form (at most the
+            sequence length is used); memory O(L·chunk + (L/chunk)·D·M).
 
     Returns:
         `(B, T, N, M)` in the query's dtype.
@@ -317,17 +342,19 @@ def causal_linear_attention(
     return_state=True)`, then `linear_attention_step` per new token.
 
     Args:
-        query: `(B, L, N, D)`.
-        key: `(B, L, N, D)`.
-        value: `(B, L, N, M)`.
-        attention_mask: optional key-padding mask broadcastable to
-            `(B, N, 1, L)`; padded positions are left out of the state.
-        feature_map: as in `linear_attention`.
-        eps: as in `linear_attention`.
-        chunk_size: as in `linear_attention`.
-        initial_state: optional `(S, z)`, `(B, N, D', M)` and `(B, N, D')`
-            (D' = the feature map's output size, D for elementwise maps).
-        return_state: also return the final state.
+        query: tensor of shape `(B, L, N, D)`. The queries.
+        key: tensor of shape `(B, L, N, D)`. The keys.
+        value: tensor of shape `(B, L, N, M)`. The values.
+        attention_mask: bool tensor or None. A key-padding mask
+            broadcastable to `(B, N, 1, L)`; padded positions are left out of
+            the state.
+        feature_map: str or callable. As in `linear_attention`.
+        eps: float. As in `linear_attention`.
+        chunk_size: int. As in `linear_attention`.
+        initial_state: tuple of two tensors or None. `(S, z)`, of shapes
+            `(B, N, D', M)` and `(B, N, D')` (D' = the feature map's output
+            size, D for elementwise maps).
+        return_state: bool. Whether to also return the final state.
 
     Returns:
         `(B, L, N, M)` in the query's dtype, or `(output, (S, z))` with the
@@ -338,192 +365,3 @@ def causal_linear_attention(
     output, state = _causal_chunked(phi_query, phi_key, value_, eps, chunk_size, initial_state)
     output = ops.cast(output, query.dtype)
     return (output, state) if return_state else output
-
-
-# --- recurrent form -------------------------------------------------------
-
-
-def linear_attention_initial_state(batch, num_heads, key_dim, value_dim, dtype="float32"):
-    """The empty state `(S, z)`: zeros `(batch, num_heads, key_dim, value_dim)`
-    and `(batch, num_heads, key_dim)`. `key_dim` is the feature map's output
-    size (the head size for elementwise maps). Keep it float32 for
-    half-precision models: the state accumulates over the whole sequence."""
-    return (
-        ops.zeros((batch, num_heads, key_dim, value_dim), dtype),
-        ops.zeros((batch, num_heads, key_dim), dtype),
-    )
-
-
-def linear_attention_step(
-    query,
-    key,
-    value,
-    state,
-    feature_map=DEFAULT_FEATURE_MAP,
-    eps=DEFAULT_EPS,
-    key_mask=None,
-):
-    """One position of causal linear attention as an RNN (the paper's eqs. 18–20).
-
-        S ← S + φ(K)Vᵀ,  z ← z + φ(K),  V' = φ(Q)ᵀS / (φ(Q)ᵀz + eps)
-
-    Memory and time per step are independent of how many positions came
-    before. Gives the same outputs as the causal form, position by position.
-
-    Args:
-        query: `(B, 1, N, D)`.
-        key: `(B, 1, N, D)`.
-        value: `(B, 1, N, M)`.
-        state: `(S, z)` from `linear_attention_initial_state`, a previous step
-            or `causal_linear_attention(..., return_state=True)`.
-        feature_map: as in `linear_attention`.
-        eps: as in `linear_attention`.
-        key_mask: optional boolean `(B,)` or `(B, 1)`: `False` for rows whose
-            new position is padding; their state is left unchanged.
-
-    Returns:
-        `(output, new_state)`: output `(B, 1, N, M)` in the query's dtype,
-        the new state in the dtype of `state`.
-
-    Example:
-
-    >>> import numpy as np
-    >>> state = linear_attention_initial_state(2, 4, 8, 8)
-    >>> x = np.random.rand(2, 1, 4, 8).astype("float32")
-    >>> out, state = linear_attention_step(x, x, x, state)
-    >>> tuple(out.shape), tuple(state[0].shape)
-    ((2, 1, 4, 8), (2, 4, 8, 8))
-    """
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.shape[1] is not None and tensor.shape[1] != 1:
-            raise ValueError(
-                f"linear_attention_step takes one position: {name} must be (batch, 1, heads, dim); got "
-                f"{tuple(tensor.shape)}. For several positions use causal_linear_attention(..., "
-                "initial_state=state, return_state=True)."
-            )
-    state_matrix, normaliser = _check_state(state)
-    state_dtype = keras.backend.standardize_dtype(state_matrix.dtype)
-    dtype = _compute_dtype(query, key, value, state_matrix)
-    phi = get_feature_map(feature_map)
-    phi_query = phi(ops.cast(query[:, 0], dtype))  # (b, h, d)
-    phi_key = phi(ops.cast(key[:, 0], dtype))
-    value_ = ops.cast(value[:, 0], dtype)  # (b, h, m)
-    if key_mask is not None:
-        keep = ops.reshape(ops.cast(key_mask, "bool"), (-1, 1, 1))
-        phi_key = ops.where(keep, phi_key, ops.zeros((), dtype))
-        value_ = ops.where(keep, value_, ops.zeros((), dtype))
-    state_matrix = ops.cast(state_matrix, dtype) + ops.einsum("bhd,bhm->bhdm", phi_key, value_)
-    normaliser = ops.cast(normaliser, dtype) + phi_key
-    numerator = ops.einsum("bhd,bhdm->bhm", phi_query, state_matrix)
-    denominator = ops.einsum("bhd,bhd->bh", phi_query, normaliser)
-    output = ops.expand_dims(_normalised(numerator, denominator, eps), 1)
-    new_state = (ops.cast(state_matrix, state_dtype), ops.cast(normaliser, state_dtype))
-    return ops.cast(output, query.dtype), new_state
-
-
-# --- decoding cache -------------------------------------------------------
-
-
-class RecurrentState(DecodingCache):
-    """Incremental decoding with the recurrent state `(S, z)` (not
-    position-addressed): constant memory and time per new token.
-
-    The cache summarises every position fed so far,
-    `S = Σ_j φ(K_j)V_jᵀ` `(batch, num_heads, D', head_dim)` and
-    `z = Σ_j φ(K_j)` `(batch, num_heads, D')` (D' = the feature map's output
-    size), in float32 (float64 for float64 models) whatever the compute
-    dtype. A call with `T` new positions continues the causal sums:
-
-        T = 1:  linear_attention_step(Q, K, V, (S, z))
-        T > 1:  causal_linear_attention(Q, K, V, initial_state=(S, z), return_state=True)
-
-    A state cannot be rewritten: feed every position exactly once, in order
-    (`cache_update_index` says where the new positions start; it only
-    selects their columns of `attention_mask`). Only causal self-attention
-    and key-padding masks are supported; a masked-out new position is left
-    out of the state.
-
-    The options `feature_map`, `eps` and `chunk_size` (as in
-    `linear_attention`) come with each call, as the layer passes them to the
-    mechanism; `initial_cache` needs the feature map for the state's size.
-
-    Example:
-
-    >>> import numpy as np
-    >>> decoding = RecurrentState()
-    >>> cache = decoding.initial_cache(1, 4096, num_heads=2, head_dim=4, dtype="bfloat16")
-    >>> x = np.random.rand(1, 5, 2, 4).astype("float32")
-    >>> out, cache = decoding.attend_with_cache(x, x, x, cache, 0)       # prefill
-    >>> out, cache = decoding.attend_with_cache(x[:, :1], x[:, :1], x[:, :1], cache, 5)  # one token
-    >>> import keras
-    >>> tuple(cache[0].shape), keras.backend.standardize_dtype(cache[0].dtype)
-    ((1, 2, 4, 4), 'float32')
-    """
-
-    position_addressed = False
-
-    def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, feature_map=DEFAULT_FEATURE_MAP, **options):
-        """The empty state `(S, z)`; `max_length` is not needed (the state
-        does not grow with the sequence)."""
-        del max_length, options
-        key_dim = get_feature_map(feature_map)(ops.zeros((1, head_dim), "float32")).shape[-1]
-        state_dtype = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
-        return linear_attention_initial_state(batch, num_heads, key_dim, head_dim, state_dtype)
-
-    def attend_with_cache(
-        self,
-        query,
-        key,
-        value,
-        cache,
-        cache_update_index,
-        attention_mask=None,
-        is_causal=True,
-        dropout_rate=0.0,
-        training=False,
-        seed_generator=None,
-        feature_map=DEFAULT_FEATURE_MAP,
-        eps=DEFAULT_EPS,
-        chunk_size=DEFAULT_CHUNK_SIZE,
-    ):
-        """Continues the causal sums over the new positions; see
-        `DecodingCache.attend_with_cache`."""
-        del seed_generator
-        check_no_attention_dropout(dropout_rate, training)
-        if not is_causal:
-            raise ValueError(
-                "The recurrent state of linear attention decodes causal self-attention only "
-                "(is_causal=True): a position's output cannot depend on later positions that "
-                "have not been fed yet."
-            )
-        length = query.shape[1]
-        key_mask = None
-        if attention_mask is not None:
-            key_mask = _new_positions(attention_mask, cache_update_index, axis_size(query))
-        if length == 1:
-            step_mask = None if key_mask is None else _key_padding(key_mask)[:, 0, 0, 0]
-            output, state = linear_attention_step(
-                query, key, value, cache, feature_map=feature_map, eps=eps, key_mask=step_mask
-            )
-        else:
-            output, state = causal_linear_attention(
-                query, key, value, attention_mask=key_mask, feature_map=feature_map, eps=eps,
-                chunk_size=chunk_size, initial_state=cache, return_state=True,
-            )
-        return output, tuple(ops.cast(new, old.dtype) for new, old in zip(state, cache))
-
-
-def _new_positions(attention_mask, start, length):
-    """The columns `start … start + length − 1` of a mask over absolute
-    positions, `(batch or 1, heads or 1, query_length or 1, positions)`."""
-    mask = ops.convert_to_tensor(attention_mask)
-    if len(mask.shape) != 4:
-        raise ValueError(
-            "With a decoding cache, attention_mask must be (batch or 1, num_heads or 1, "
-            f"query_length or 1, positions); got shape {tuple(mask.shape)}."
-        )
-    shape = ops.shape(mask)
-    return ops.slice(mask, (0, 0, 0, start), (shape[0], shape[1], shape[2], length))
-
-
-register_decoding("linear", RecurrentState())

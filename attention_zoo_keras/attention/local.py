@@ -80,15 +80,17 @@ def local_mask(
     `is_causal`).
 
     Args:
-        length: number of keys `L` (positions `0 … L − 1`).
-        block_size: as in `local_attention`.
-        num_memory_blocks: as in `local_attention`.
-        is_causal: as in `local_attention`.
-        query_offset: absolute position of the first query row (an int or
-            an int32 scalar tensor).
-        query_length: number of query rows; defaults to `length`.
-        num_memory_blocks_after: as in `local_attention`.
-        cyclic: as in `local_attention`; with `cyclic` the blocks are the
+        length: int or int32 scalar tensor. The number of keys `L`
+            (positions `0 … L − 1`).
+        block_size: int. As in `local_attention`.
+        num_memory_blocks: int. As in `local_attention`.
+        is_causal: bool. As in `local_attention`.
+        query_offset: int or int32 scalar tensor. Absolute position of the
+            first query row.
+        query_length: int or None. The number of query rows; `None`:
+            `length`.
+        num_memory_blocks_after: int or None. As in `local_attention`.
+        cyclic: bool. As in `local_attention`; with `cyclic` the blocks are the
             `⌈L/b⌉` blocks of `L` positions, counted modulo their number
             (`length` and `block_size` must then be Python ints). Where a
             window holds one block more than once (fewer blocks than the
@@ -176,27 +178,31 @@ def local_attention(
     of a cyclic window longer than the sequence's blocks).
 
     Args:
-        query: `(B, L, N, D)`.
-        key: `(B, L, N, D)` (self-attention: the same length as `query`).
-        value: `(B, L, N, M)`.
-        attention_mask: boolean, broadcastable to `(B, N, L, L)`; intersected
-            with the local window (key-padding masks are cheapest).
-        is_causal: the left flank only, and `j ≤ i`.
-        dropout_rate: dropout on the attention probabilities while training
-            (as in `softmax_attention`).
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        block_size: query block length `b` (at most `L` is used, which
+        query: tensor of shape `(B, L, N, D)`. The queries.
+        key: tensor of shape `(B, L, N, D)`. The keys (self-attention: the
+            same length as `query`).
+        value: tensor of shape `(B, L, N, M)`. The values.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, L, L)`;
+            intersected with the local window (key-padding masks are
+            cheapest).
+        is_causal: bool. The left flank only, and `j ≤ i`.
+        dropout_rate: float. Dropout on the attention probabilities while
+            training (as in `softmax_attention`).
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        block_size: int. Query block length `b` (at most `L` is used, which
             changes nothing but the padding).
-        num_memory_blocks: neighbouring blocks `m` on each side (left only
-            when causal); 0 attends within the block only.
-        scale: logit scale; defaults to `1 / sqrt(D)`.
-        num_memory_blocks_after: blocks `a` after the query block, if not
-            `m` (non-causal only: under `is_causal` later blocks are in the
-            future, unless `cyclic` wraps them round). The Reformer's
-            `local_num_chunks_after`, with `num_memory_blocks` its
+        num_memory_blocks: int. Neighbouring blocks `m` on each side (left
+            only when causal); 0 attends within the block only.
+        scale: float or None. The logit scale; `None`: `1 / sqrt(D)`.
+        num_memory_blocks_after: int or None. Blocks `a` after the query
+            block; `None`: `m` (non-causal only: under `is_causal` later
+            blocks are in the future, unless `cyclic` wraps them round). The
+            Reformer's `local_num_chunks_after`, with `num_memory_blocks` its
             `local_num_chunks_before`.
-        cyclic: count neighbouring blocks cyclically, as the Reformer does
+        cyclic: bool. Count neighbouring blocks cyclically, as the Reformer
+            does
             (trax, transformers' `LocalSelfAttention`): the first block's
             left neighbours are the last blocks, instead of nothing. With
             padding to a whole number of blocks the wrapped-in padding is

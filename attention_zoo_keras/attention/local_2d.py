@@ -43,17 +43,21 @@ class _Geometry2D:
     """Static indices and masks of local 2D attention (numpy, computed once).
 
     Attributes:
-        query_index: `(blocks, q)` sequence position of each query slot
-            (padding slots repeat a real position).
-        query_padding: `(blocks, q)` True for slots outside the image.
-        key_index: `(blocks, M)` sequence position of each memory slot
-            (slots outside the image repeat a real position).
-        key_valid: `(blocks, M)` True for memory slots inside the image.
-        order: `(q, M)` True where the memory slot is at or before the query
-            slot in sequence order (all True when not causal); the same for
-            every block.
-        output_index: `(L,)` for each sequence position, its flat query slot
-            `block·q + slot`.
+        query_index: int array of shape `(blocks, q)`. The sequence
+            position of each query slot (padding slots repeat a real
+            position).
+        query_padding: bool array of shape `(blocks, q)`. True for slots
+            outside the image.
+        key_index: int array of shape `(blocks, M)`. The sequence position
+            of each memory slot (slots outside the image repeat a real
+            position).
+        key_valid: bool array of shape `(blocks, M)`. True for memory slots
+            inside the image.
+        order: bool array of shape `(q, M)`. True where the memory slot is
+            at or before the query slot in sequence order (all True when not
+            causal); the same for every block.
+        output_index: int array of shape `(L,)`. For each sequence position,
+            its flat query slot `block·q + slot`.
     """
 
     def __init__(self, image_shape, block_shape, memory_flange, is_causal, layout):
@@ -182,24 +186,27 @@ def local_attention_2d(
     memory_flange, is_causal, layout)`.
 
     Args:
-        query: `(B, H·W, N, D)`, pixels in `layout` order.
-        key: `(B, H·W, N, D)`.
-        value: `(B, H·W, N, M)`.
-        attention_mask: boolean, broadcastable to `(B, N, H·W, H·W)`, in
-            sequence order; intersected with the local window.
-        is_causal: top/left/right memory only, and only positions at or
-            before the query in sequence order.
-        dropout_rate: dropout on the attention probabilities while training
-            (as in `softmax_attention`).
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        image_shape: `(H, W)`; required.
-        block_shape: query block `(b_h, b_w)`.
-        memory_flange: `(f_h, f_w)`.
-        layout: `"raster"` (row after row) or `"block_raster"` (the Image
-            Transformer's generation order: blocks in raster order, raster
-            order within a block).
-        scale: logit scale; defaults to `1 / sqrt(D)`.
+        query: tensor of shape `(B, H·W, N, D)`. The queries, pixels in
+            `layout` order.
+        key: tensor of shape `(B, H·W, N, D)`. The keys.
+        value: tensor of shape `(B, H·W, N, M)`. The values.
+        attention_mask: bool tensor or None. Broadcastable to
+            `(B, N, H·W, H·W)`, in sequence order; intersected with the local
+            window.
+        is_causal: bool. Top/left/right memory only, and only positions at
+            or before the query in sequence order.
+        dropout_rate: float. Dropout on the attention probabilities while
+            training (as in `softmax_attention`).
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        image_shape: tuple of int. `(H, W)`; required.
+        block_shape: tuple of int, or int. The query block `(b_h, b_w)`.
+        memory_flange: tuple of int, or int. `(f_h, f_w)`.
+        layout: str. `"raster"` (row after row) or `"block_raster"` (the
+            Image Transformer's generation order: blocks in raster order,
+            raster order within a block).
+        scale: float or None. The logit scale; `None`: `1 / sqrt(D)`.
 
     Returns:
         `(B, H·W, N, M)`.

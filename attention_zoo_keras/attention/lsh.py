@@ -17,9 +17,8 @@ with s_ii = −10⁵ (a token attends to itself only when nothing else is
 allowed) and −10⁹ for pairs the causal or attention mask forbids. Time
 O(B·N·n_h·L·W·d) plus the sort, W = (1 + before + after)·chunk_length.
 
-`docs/attention/lsh.md` holds the whole description: factorised buckets,
-the sort and its circular chunks, short sequences, padding, rotations and
-seeds, numerics, decoding.
+`docs/attention/lsh.md` holds the whole description (factorised buckets,
+the circular chunks, padding, rotations and seeds, numerics, decoding).
 """
 
 import functools
@@ -85,12 +84,14 @@ def lsh_buckets(vectors, rotations, num_buckets, token_mask=None):
     """The bucket of every position in every hashing round.
 
     Args:
-        vectors: `(batch, length, num_heads, head_dim)`, the shared
-            query/key vectors.
-        rotations: `(num_heads, head_dim, num_hashes, Σ b_f / 2)`.
-        num_buckets: an even int, or a list of even ints (factorised).
-        token_mask: optional boolean broadcastable to `(batch, num_heads,
-            length)`, `False` for padding tokens.
+        vectors: tensor of shape `(batch, length, num_heads, head_dim)`.
+            The shared query/key vectors.
+        rotations: tensor of shape `(num_heads, head_dim, num_hashes,
+            Σ b_f / 2)`. The random rotations.
+        num_buckets: int or list of int. An even int, or a list of even ints
+            (factorised).
+        token_mask: bool tensor or None. Broadcastable to `(batch,
+            num_heads, length)`, `False` for padding tokens.
 
     Returns:
         int32 `(batch, num_heads, num_hashes, length)`: `0 … b − 1`, and `b`
@@ -245,47 +246,51 @@ def lsh_attention(
     projection) given the same rotations. See `docs/attention/lsh.md`.
 
     Args:
-        query: `(B, L, N, D)`; the Reformer's shared query/key vectors.
-        key: `(B, L, N, D)`; pass `key = query`. The hashing and the sort
-            use `key`, the queries are sorted along with it position by
-            position — with separate queries and keys the result is
-            defined, but LSH no longer groups a query with its near keys.
-        value: `(B, L, N, M)`.
-        attention_mask: boolean, broadcastable to `(B, N, L, L)`, `True`
-            where a query may attend to a key; keys that no query may
+        query: tensor of shape `(B, L, N, D)`. The queries; the Reformer's
+            shared query/key vectors.
+        key: tensor of shape `(B, L, N, D)`. The keys; pass `key = query`.
+            The hashing and the sort use `key`; with separate queries the
+            result is defined, but a query is no longer grouped with its
+            near keys.
+        value: tensor of shape `(B, L, N, M)`. The values.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, L, L)`,
+            `True` where a query may attend to a key; keys that no query may
             attend to are padding and get a bucket of their own (a
             key-padding mask `(B, 1, 1, L)` is the Reformer's case, and the
             cheapest).
-        is_causal: mask keys after the query by original position
+        is_causal: bool. Mask keys after the query by original position
             (transformers' `is_decoder`).
-        dropout_rate: dropout on the attention probabilities of every
-            round while training.
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout, and
-            for the rotations when neither `rotations` nor `seed` is given.
-        num_hashes: hashing rounds n_h.
-        num_buckets: an even int, or a list of even ints for factorised
-            buckets (`[b₁, b₂]`: b₁·b₂ buckets from `(b₁ + b₂)/2`
-            rotation columns); `None` picks `default_num_buckets(L,
-            chunk_length)`.
-        chunk_length: entries of the sorted sequence per chunk; `L` must
-            be a multiple of it, or at most it (then plain shared-QK
+        dropout_rate: float. Dropout on the attention probabilities of
+            every round while training.
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator, and the rotations' when neither `rotations` nor
+            `seed` is given.
+        num_hashes: int. Hashing rounds n_h.
+        num_buckets: int, list of int or None. An even int, or a list of
+            even ints for factorised buckets (`[b₁, b₂]`: b₁·b₂ buckets from
+            `(b₁ + b₂)/2` rotation columns); `None` picks
+            `default_num_buckets(L, chunk_length)`.
+        chunk_length: int. Entries of the sorted sequence per chunk; `L`
+            must be a multiple of it, or at most it (then plain shared-QK
             attention, no hashing).
-        num_chunks_before: earlier neighbouring chunks (in sorted order)
-            each chunk also attends to.
-        num_chunks_after: later neighbouring chunks (in sorted order) each
-            chunk also attends to.
-        rotations: `(N, D, num_hashes, Σ b_f / 2)` random rotations
-            (`lsh_rotations_shape`), transformers' layout; a layer passes
-            them per call through `mechanism_arguments={"rotations": r}`.
-            `None` draws them from a standard normal.
-        seed: an int seed of the rotations (numpy's generator: the same every
-            call and on every backend, and what decoding uses).
-        separate_rounds: return each hashing round's output, before the
-            rounds are combined, side by side: `(B, L, N, n_h·M)`, round by
-            round (one round without hashing, `L ≤ chunk_length`). What
-            `attention_probabilities(..., hash_rounds=True)` reads; not a
-            layer option.
+        num_chunks_before: int. Earlier chunks (in sorted order) each chunk
+            also attends to.
+        num_chunks_after: int. Later chunks (in sorted order) each chunk
+            also attends to.
+        rotations: tensor of shape `(N, D, num_hashes, Σ b_f / 2)`, or None.
+            Random rotations (`lsh_rotations_shape`), transformers' layout;
+            a layer passes them per call through
+            `mechanism_arguments={"rotations": r}`. `None` draws them from a
+            standard normal.
+        seed: int or None. The seed of the rotations (numpy's generator:
+            the same every call and on every backend, and what decoding
+            uses).
+        separate_rounds: bool. Whether to return each hashing round's
+            output, before the rounds are combined, side by side:
+            `(B, L, N, n_h·M)`, round by round (one round without hashing,
+            `L ≤ chunk_length`). What `attention_probabilities(...,
+            hash_rounds=True)` reads; not a layer option.
 
     Returns:
         `(B, L, N, M)`.

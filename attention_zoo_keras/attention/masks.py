@@ -47,10 +47,12 @@ def mask_4d(attention_mask, query_length, key_length):
     """`attention_mask` as a boolean `(B or 1, N or 1, T or 1, S or 1)` tensor.
 
     Args:
-        attention_mask: boolean (or 0/1), of rank 1 to 4, broadcastable to
-            `(batch, num_heads, query_length, key_length)`.
-        query_length, key_length: the lengths its last two axes must have
-            (or 1); `None` (or a traced size) is not checked.
+        attention_mask: bool (or 0/1) tensor of rank 1 to 4. Broadcastable
+            to `(batch, num_heads, query_length, key_length)`.
+        query_length: int or None. The length its query axis must have (or
+            1); `None` (or a traced size) is not checked.
+        key_length: int or None. The length its key axis must have (or 1);
+            `None` (or a traced size) is not checked.
 
     Raises:
         ValueError: for a rank outside 1…4, or a query or key axis of

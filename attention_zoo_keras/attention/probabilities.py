@@ -27,12 +27,13 @@ def attention_probabilities(mechanism, query, key, hash_rounds=False, **argument
     """The weights with which mechanism `mechanism` mixes the values.
 
     Args:
-        mechanism: a registered mechanism name (`attention.mechanism_names()`).
-        query: `(B, T, N, H)`.
-        key: `(B, S, N, H)`.
-        hash_rounds: for a mechanism that combines hashing rounds (LSH),
-            each round's weights instead of their combination.
-        **arguments: what the mechanism takes besides the value (the mask,
+        mechanism: str. A registered mechanism name
+            (`attention.mechanism_names()`).
+        query: tensor of shape `(B, T, N, H)`. The queries.
+        key: tensor of shape `(B, S, N, H)`. The keys.
+        hash_rounds: bool. For a mechanism that combines hashing rounds
+            (LSH), each round's weights instead of their combination.
+        **arguments: dict. What the mechanism takes besides the value (the mask,
             `is_causal`, options, weights and the seed generator of its
             random draws), as the layer passes them; dropout is not applied.
 

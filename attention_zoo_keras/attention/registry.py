@@ -30,23 +30,44 @@ A mechanism that supports incremental (token-by-token) decoding also
 registers a `DecodingCache` under its name (`register_decoding`): the
 object that says what its cache is — a key/value cache for softmax
 (`decoding.KeyValueCache`), the recurrent state `(S, z)` for linear
-attention (`linear.RecurrentState`) — and how new positions attend with it.
-Layers decode through `get_decoding(name)` and never branch on the
-mechanism.
+attention (`linear_decoding.RecurrentState`) — and how new positions
+attend with it. Layers decode through `get_decoding(name)` and never
+branch on the mechanism. Each name holds one `RegisteredMechanism` record.
 """
 
+import dataclasses
 import inspect
+from typing import Callable
+from typing import Optional
 
 from attention_zoo_keras.attention.decoding import DecodingCache
 from attention_zoo_keras.naming import NameRegistry
 from attention_zoo_keras.naming import did_you_mean
 
+
+@dataclasses.dataclass
+class RegisteredMechanism:
+    """What the registry knows of one mechanism (see `register_mechanism`).
+
+    Args:
+        function: callable. The mechanism itself.
+        weights: callable or None. Its weights function, if it has weights.
+        inputs: tuple of str. Arguments the caller computes for every call.
+        value_arguments: tuple of str. Weights that act on the values alone.
+        hash_rounds: bool. Whether it combines hashing rounds.
+        decoding: DecodingCache or None. Its incremental decoding, once
+            registered (`register_decoding`).
+    """
+
+    function: Callable
+    weights: Optional[Callable] = None
+    inputs: tuple = ()
+    value_arguments: tuple = ()
+    hash_rounds: bool = False
+    decoding: Optional[DecodingCache] = None
+
+
 _MECHANISMS = NameRegistry("attention mechanism", "mechanisms")
-_WEIGHTS = {}
-_INPUTS = {}
-_VALUE_ARGUMENTS = {}
-_HASH_ROUNDS = set()
-_DECODINGS = {}
 
 # Arguments every mechanism takes, set by the calling layer.
 CALL_ARGUMENTS = (
@@ -65,31 +86,30 @@ def register_mechanism(name, weights=None, inputs=(), value_arguments=(), hash_r
     """Decorator: make a mechanism function available under `name`.
 
     Args:
-        name: the name blocks take (`attention=name`).
-        weights: for a mechanism with learned parameters, the function
-            `(num_heads, head_dim, **weight_options) -> {argument: (shape,
-            initializer)}` naming the weight arguments it takes; every
-            weight option has a default.
-        inputs: names of arguments the caller computes for every call
-            (Transformer-XL's projected distance encodings), neither
-            options nor weights; `MultiHeadAttention` takes them as
+        name: str. The name blocks take (`attention=name`).
+        weights: callable or None. For a mechanism with learned parameters,
+            the function `(num_heads, head_dim, **weight_options) ->
+            {argument: (shape, initializer)}` naming the weight arguments it
+            takes; every weight option has a default.
+        inputs: tuple of str. Names of arguments the caller computes for
+            every call (Transformer-XL's projected distance encodings),
+            neither options nor weights; `MultiHeadAttention` takes them as
             `mechanism_arguments`.
-        value_arguments: names of weights that act on the values alone
-            (relative attention's w^V): the attention probabilities do not
-            depend on them, and `attention_probabilities` leaves them out.
-        hash_rounds: whether the mechanism combines hashing rounds (LSH)
-            and takes `separate_rounds=True` to return each round's output
-            side by side, `(B, T, N, rounds·M)`.
+        value_arguments: tuple of str. Names of weights that act on the
+            values alone (relative attention's w^V): the attention
+            probabilities do not depend on them, and
+            `attention_probabilities` leaves them out.
+        hash_rounds: bool. Whether the mechanism combines hashing rounds
+            (LSH) and takes `separate_rounds=True` to return each round's
+            output side by side, `(B, T, N, rounds·M)`.
     """
 
     def decorator(function):
-        _MECHANISMS.add(name, function)
-        if weights is not None:
-            _WEIGHTS[name] = weights
-        _INPUTS[name] = tuple(inputs)
-        _VALUE_ARGUMENTS[name] = tuple(value_arguments)
-        if hash_rounds:
-            _HASH_ROUNDS.add(name)
+        record = RegisteredMechanism(
+            function, weights=weights, inputs=tuple(inputs), value_arguments=tuple(value_arguments),
+            hash_rounds=bool(hash_rounds),
+        )
+        _MECHANISMS.add(name, record)
         return function
 
     return decorator
@@ -106,28 +126,25 @@ def get_mechanism(name):
     Raises:
         ValueError: for an unknown name, listing the known ones.
     """
-    return _MECHANISMS.get(name)
+    return _MECHANISMS.get(name).function
 
 
 def mechanism_inputs(name):
     """The per-call inputs mechanism `name` needs besides the query, key and
     value (see `register_mechanism`), a tuple of argument names."""
-    get_mechanism(name)
-    return _INPUTS.get(name, ())
+    return _MECHANISMS.get(name).inputs
 
 
 def mechanism_value_arguments(name):
     """The arguments of mechanism `name` that act on the values alone (see
     `register_mechanism`), a tuple of argument names."""
-    get_mechanism(name)
-    return _VALUE_ARGUMENTS.get(name, ())
+    return _MECHANISMS.get(name).value_arguments
 
 
 def mechanism_hashes_in_rounds(name):
     """Whether mechanism `name` combines hashing rounds and can return them
     separately (see `register_mechanism`)."""
-    get_mechanism(name)
-    return name in _HASH_ROUNDS
+    return _MECHANISMS.get(name).hash_rounds
 
 
 def _keyword_defaults(function, excluded):
@@ -150,14 +167,14 @@ def mechanism_options(name):
     >>> sorted(mechanism_options("local"))
     ['block_size', 'cyclic', 'num_memory_blocks', 'num_memory_blocks_after', 'scale']
     """
-    mechanism = get_mechanism(name)
-    weights = _WEIGHTS.get(name)
+    mechanism = _MECHANISMS.get(name)
+    weights = mechanism.weights
     excluded = set(
-        CALL_ARGUMENTS + DECODING_ARGUMENTS + INSPECTION_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism_inputs(name)
+        CALL_ARGUMENTS + DECODING_ARGUMENTS + INSPECTION_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism.inputs
     )
     if weights is not None:
         excluded |= set(weights(num_heads=1, head_dim=1))  # the weight arguments' names
-    options = _keyword_defaults(mechanism, excluded)
+    options = _keyword_defaults(mechanism.function, excluded)
     if weights is not None:
         options.update(_keyword_defaults(weights, excluded))
     return options
@@ -180,7 +197,7 @@ def mechanism_weights(name, num_heads, head_dim, options):
     """`{argument: (shape, initializer)}`, the weights mechanism `name` takes
     for heads of `head_dim` under `options` (empty for a mechanism without
     weights)."""
-    weights = _WEIGHTS.get(name)
+    weights = _MECHANISMS.get(name).weights
     if weights is None:
         return {}
     accepted = _keyword_defaults(weights, set(WEIGHTS_FUNCTION_ARGUMENTS))
@@ -202,12 +219,12 @@ def register_decoding(name, decoding):
         ValueError: if `name` is not a registered mechanism or already has one.
         TypeError: if `decoding` is not a `DecodingCache`.
     """
-    get_mechanism(name)
+    mechanism = _MECHANISMS.get(name)
     if not isinstance(decoding, DecodingCache):
         raise TypeError(f"decoding must be a DecodingCache; got {type(decoding).__name__}.")
-    if name in _DECODINGS:
+    if mechanism.decoding is not None:
         raise ValueError(f"The attention mechanism '{name}' already has a decoding cache.")
-    _DECODINGS[name] = decoding
+    mechanism.decoding = decoding
 
 
 def get_decoding(name):
@@ -217,11 +234,12 @@ def get_decoding(name):
         ValueError: for an unknown name, or a mechanism without incremental
             decoding (listing those that have one).
     """
-    get_mechanism(name)
-    if name not in _DECODINGS:
+    decoding = _MECHANISMS.get(name).decoding
+    if decoding is None:
+        decodable = [known for known in _MECHANISMS.names() if _MECHANISMS.get(known).decoding is not None]
         raise ValueError(
             f"The attention mechanism '{name}' has no incremental decoding (no decoding cache "
             f"registered), so it cannot generate token by token. Mechanisms that have one: "
-            f"{', '.join(sorted(_DECODINGS))}."
+            f"{', '.join(decodable)}."
         )
-    return _DECODINGS[name]
+    return decoding

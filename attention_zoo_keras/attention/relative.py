@@ -61,11 +61,11 @@ def relative_position_indices(query_length, key_length, max_distance, query_offs
     """Row of the relative table for each (query, key): `clip(j − i, −k, k) + k`.
 
     Args:
-        query_length: T.
-        key_length: S.
-        max_distance: the clipping distance k.
-        query_offset: absolute position of the first query; defaults to
-            `key_length − query_length`.
+        query_length: int or int32 scalar tensor. T.
+        key_length: int or int32 scalar tensor. S.
+        max_distance: int. The clipping distance k.
+        query_offset: int, int32 scalar tensor or None. Absolute position of
+            the first query; `None`: `key_length − query_length`.
 
     Returns:
         int32 `(T, S)` with values in `[0, 2k]`.
@@ -90,12 +90,12 @@ def skewed_relative_logits(query, relative_embeddings):
     `(L + 1, L)` and dropping the first row (Huang et al., 2019, §3.4.1).
 
     Args:
-        query: `(B, L, N, H)`.
-        relative_embeddings: `E_r`, `(R, H)` shared by all heads or
-            `(N, R, H)` per head, `R ≥ L`; the last row is distance 0 and
-            row `r` is distance `r − (R − 1)`, so the last `L` rows are
-            distances −(L−1)…0 (a `max_length`-row table serves any
-            `L ≤ max_length`).
+        query: tensor of shape `(B, L, N, H)`. The queries.
+        relative_embeddings: tensor of shape `(R, H)` or `(N, R, H)`. `E_r`,
+            shared by all heads or per head, `R ≥ L`; the last row is
+            distance 0 and row `r` is distance `r − (R − 1)`, so the last
+            `L` rows are distances −(L−1)…0 (a `max_length`-row table serves
+            any `L ≤ max_length`).
 
     Returns:
         `(B, N, L, L)`; entries above the diagonal (`j > i`, the future) are 0.
@@ -221,14 +221,15 @@ def relative_attention_weights(
     tensor2tensor code does for its relative embeddings.
 
     Args:
-        num_heads, head_dim: the layer's heads and per-head size.
-        max_distance: the clipping distance k (tables of 2k + 1 rows). For
-            Music Transformer's unclipped attention, the longest sequence
-            minus one.
-        per_head: one table per head (Music Transformer) instead of one
-            shared by the heads (Shaw et al.).
-        value_embeddings: also learn the a^V table (Shaw et al.; Music
-            Transformer has none).
+        num_heads: int. The layer's number of heads.
+        head_dim: int. The per-head size.
+        max_distance: int. The clipping distance k (tables of 2k + 1 rows).
+            For Music Transformer's unclipped attention, the longest
+            sequence minus one.
+        per_head: bool. One table per head (Music Transformer) instead of
+            one shared by the heads (Shaw et al.).
+        value_embeddings: bool. Whether to also learn the a^V table (Shaw et
+            al.; Music Transformer has none).
 
     Example:
 
@@ -263,25 +264,30 @@ def relative_attention(
     """Shaw et al. relative position attention over `(batch, length, num_heads, head_dim)` tensors.
 
     Args:
-        query: `(B, T, N, H)`.
-        key: `(B, S, N, H)`.
-        value: `(B, S, N, M)`; `M` may differ from `H` (then w^V is `M` wide).
-        attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True` attends.
-        is_causal: also forbid attending to later positions. With `T == S`
-            (and the default `query_offset`) the relative logits come from
-            the Music Transformer skew.
-        dropout_rate: dropout on the attention probabilities while training.
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        relative_key_embeddings: w^K, `(2k + 1, H)` shared by all heads or
-            `(N, 2k + 1, H)` per head; row `r` is distance `r − k`.
-        relative_value_embeddings: w^V, the same layout with `M` columns, or
-            `None` for no a^V term.
-        max_distance: the clipping distance k; inferred from the tables'
-            rows when omitted, checked against them when given.
-        query_offset: absolute position of the first query (keys start at
-            0); defaults to `S − T`.
-        scale: logit scale; defaults to `1 / sqrt(H)`.
+        query: tensor of shape `(B, T, N, H)`. The queries.
+        key: tensor of shape `(B, S, N, H)`. The keys.
+        value: tensor of shape `(B, S, N, M)`. The values; `M` may differ
+            from `H` (then w^V is `M` wide).
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, T, S)`;
+            `True` attends.
+        is_causal: bool. Also forbid attending to later positions. With
+            `T == S` (and the default `query_offset`) the relative logits
+            come from the Music Transformer skew.
+        dropout_rate: float. Dropout on the attention probabilities while
+            training.
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        relative_key_embeddings: tensor of shape `(2k + 1, H)` or
+            `(N, 2k + 1, H)`. w^K, shared by all heads or per head; row `r`
+            is distance `r − k`.
+        relative_value_embeddings: tensor or None. w^V, the same layout with
+            `M` columns, or `None` for no a^V term.
+        max_distance: int or None. The clipping distance k; `None`: inferred
+            from the tables' rows (checked against them when given).
+        query_offset: int, int32 scalar tensor or None. Absolute position of
+            the first query (keys start at 0); `None`: `S − T`.
+        scale: float or None. The logit scale; `None`: `1 / sqrt(H)`.
 
     Returns:
         `(B, T, N, M)`.

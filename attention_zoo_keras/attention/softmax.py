@@ -57,15 +57,19 @@ def softmax_attention(
     """Softmax attention over `(batch, length, num_heads, head_dim)` tensors.
 
     Args:
-        query: `(B, T, N, H)`.
-        key: `(B, S, N, H)`.
-        value: `(B, S, N, M)`; the value head size `M` may differ from `H`.
-        attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True` attends.
-        is_causal: also forbid attending to later positions.
-        dropout_rate: dropout on the attention probabilities while training.
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        scale: logit scale; defaults to `1 / sqrt(H)`.
+        query: tensor of shape `(B, T, N, H)`. The queries.
+        key: tensor of shape `(B, S, N, H)`. The keys.
+        value: tensor of shape `(B, S, N, M)`. The values; the value head
+            size `M` may differ from `H`.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, T, S)`;
+            `True` attends.
+        is_causal: bool. Also forbid attending to later positions.
+        dropout_rate: float. Dropout on the attention probabilities while
+            training.
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        scale: float or None. The logit scale; `None`: `1 / sqrt(H)`.
 
     Returns:
         `(B, T, N, M)`.

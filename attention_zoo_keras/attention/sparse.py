@@ -105,18 +105,21 @@ def sparse_mask(
     """The dense boolean attention pattern of `sparse_attention`.
 
     Args:
-        length: sequence length `L` (key positions `0 … L − 1`).
-        pattern: `"strided"` or `"fixed"` (see `docs/attention/sparse.md`).
-        stride: `l`.
-        c: summary cells per block (`"fixed"` only).
-        combine: `"merged"` (A⁽¹⁾ ∪ A⁽²⁾), `"a"`, `"b"` → `(L, L)`;
+        length: int or int32 scalar tensor. The sequence length `L` (key
+            positions `0 … L − 1`).
+        pattern: str. `"strided"` or `"fixed"` (see
+            `docs/attention/sparse.md`).
+        stride: int. `l`.
+        c: int. Summary cells per block (`"fixed"` only).
+        combine: str. `"merged"` (A⁽¹⁾ ∪ A⁽²⁾), `"a"`, `"b"` → `(L, L)`;
             `"heads"` → `(num_heads, L, L)`, head `h` using A⁽¹⁾ if `h` is
             even, A⁽²⁾ if odd.
-        is_causal: intersect with `j ≤ i` (the paper's setting).
-        num_heads: number of heads for `combine="heads"`.
-        query_offset: absolute position of the first query row (an int or
-            an int32 scalar tensor).
-        query_length: number of query rows; defaults to `length`.
+        is_causal: bool. Intersect with `j ≤ i` (the paper's setting).
+        num_heads: int. The number of heads for `combine="heads"`.
+        query_offset: int or int32 scalar tensor. Absolute position of the
+            first query row.
+        query_length: int or None. The number of query rows; `None`:
+            `length`.
 
     Returns:
         A boolean tensor, `True` where query `i` (row) may attend to key `j`;
@@ -167,21 +170,25 @@ def sparse_attention(
     the paper's autoregressive patterns.
 
     Args:
-        query: `(B, L, N, D)`.
-        key: `(B, L, N, D)` (self-attention: the same length as `query`).
-        value: `(B, L, N, M)`.
-        attention_mask: boolean, broadcastable to `(B, N, L, L)`;
+        query: tensor of shape `(B, L, N, D)`. The queries.
+        key: tensor of shape `(B, L, N, D)`. The keys (self-attention: the
+            same length as `query`).
+        value: tensor of shape `(B, L, N, M)`. The values.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, L, L)`;
             intersected with the pattern.
-        is_causal: intersect the pattern with `j ≤ i` (the paper's setting);
-            without it, the non-causal extension in `docs/attention/sparse.md`.
-        dropout_rate: dropout on the attention probabilities while training.
-        training: whether dropout is active.
-        seed_generator: a `keras.random.SeedGenerator` for the dropout.
-        pattern: `"strided"` or `"fixed"`.
-        stride: `l`, the block length and stride (the paper: about √L).
-        c: summary cells at the end of each block (`"fixed"` only).
-        combine: `"merged"`, `"heads"`, `"a"` or `"b"`.
-        scale: logit scale; defaults to `1 / sqrt(D)`.
+        is_causal: bool. Intersect the pattern with `j ≤ i` (the paper's
+            setting); without it, the non-causal extension in
+            `docs/attention/sparse.md`.
+        dropout_rate: float. Dropout on the attention probabilities while
+            training.
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        pattern: str. `"strided"` or `"fixed"`.
+        stride: int. `l`, the block length and stride (the paper: about √L).
+        c: int. Summary cells at the end of each block (`"fixed"` only).
+        combine: str. `"merged"`, `"heads"`, `"a"` or `"b"`.
+        scale: float or None. The logit scale; `None`: `1 / sqrt(D)`.
 
     Returns:
         `(B, L, N, M)`.

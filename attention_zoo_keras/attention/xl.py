@@ -125,26 +125,31 @@ def xl_attention(
     tensors whose keys and values are `[memory; segment]`.
 
     Args:
-        query: `(B, T, N, H)`, the current segment.
-        key: `(B, S, N, H)`, memory then segment (`S = m + T`).
-        value: `(B, S, N, M)`, the same positions; `M` may differ from `H`.
-        attention_mask: boolean, broadcastable to `(B, N, T, S)`; `True`
-            attends (e.g. `xl_attention_mask` for `same_length`).
-        is_causal: also forbid keys after the query's position. The
+        query: tensor of shape `(B, T, N, H)`. The queries, the current
+            segment.
+        key: tensor of shape `(B, S, N, H)`. The keys, memory then segment
+            (`S = m + T`).
+        value: tensor of shape `(B, S, N, M)`. The values, the same
+            positions; `M` may differ from `H`.
+        attention_mask: bool tensor or None. Broadcastable to `(B, N, T, S)`;
+            `True` attends (e.g. `xl_attention_mask` for `same_length`).
+        is_causal: bool. Also forbid keys after the query's position. The
             table holds no negative distances: without causality, later
             keys are scored as distance 0.
-        dropout_rate: dropout on the attention probabilities while
+        dropout_rate: float. Dropout on the attention probabilities while
             training.
-        training: whether dropout applies.
-        seed_generator: the dropout's random seed generator.
-        position_keys: `(R, N, H)`, the projected encodings of distances
-            `0 … R − 1` (row d for distance d; longer distances use the
-            last row); with `R = S` and no `query_offset` the relative
-            shift applies.
-        content_bias: u, `(N, H)`.
-        position_bias: v, `(N, H)`.
-        query_offset: absolute position of the first query; defaults to
-            `S − T` (the last query is aligned with the last key).
+        training: bool. Whether dropout is active.
+        seed_generator: `keras.random.SeedGenerator` or None. The dropout's
+            seed generator.
+        position_keys: tensor of shape `(R, N, H)`. The projected encodings
+            of distances `0 … R − 1` (row d for distance d; longer distances
+            use the last row); with `R = S` and no `query_offset` the
+            relative shift applies.
+        content_bias: tensor of shape `(N, H)`. u.
+        position_bias: tensor of shape `(N, H)`. v.
+        query_offset: int, int32 scalar tensor or None. Absolute position of
+            the first query; `None`: `S − T` (the last query is aligned with
+            the last key).
 
     Returns:
         `(B, T, N, M)`.

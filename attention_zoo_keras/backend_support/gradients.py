@@ -10,8 +10,9 @@ def vjp(function, primals):
     """`function(primals)` and its vector-Jacobian product, on this backend.
 
     Args:
-        function: maps a list of tensors to one tensor.
-        primals: the list of tensors to differentiate with respect to.
+        function: callable. Maps a list of tensors to one tensor.
+        primals: list of tensors. The tensors to differentiate with respect
+            to.
 
     Returns:
         `(output, pullback)`: `pullback(cotangent)` returns the list of

@@ -79,26 +79,28 @@ def compile_step(
     replayed (see the module's docstring).
 
     Args:
-        step: a function of (nested structures of) tensors returning
-            (nested structures of) tensors.
-        variables: every Keras variable `step` reads.
-        on_new_signature: called with a signature (the arguments' nesting
-            and a `(shape, dtype)` per input tensor) before it is recorded,
-            under torch.
-        compile_program: under torch, record with `make_fx` and compile
-            each recording with `torch.compile` (inductor, static shapes):
-            what `compile(jit_compile=True)` asks for. The first call of a
-            signature then takes seconds to minutes.
-        fallback: under torch, a function with `step`'s arguments and
-            results. If given, a recording of `step` that reads a tensor's
-            value into Python (a branch on a value, which the recording
-            would freeze) is refused, and `fallback` runs for that
-            signature instead (logged at INFO). Without it, `step` is
+        step: callable. A function of (nested structures of) tensors
+            returning (nested structures of) tensors.
+        variables: list of keras.Variable. Every Keras variable `step`
+            reads.
+        on_new_signature: callable or None. Called with a signature (the
+            arguments' nesting and a `(shape, dtype)` per input tensor)
+            before it is recorded, under torch.
+        compile_program: bool. Under torch, record with `make_fx` and
+            compile each recording with `torch.compile` (inductor, static
+            shapes): what `compile(jit_compile=True)` asks for. The first
+            call of a signature then takes seconds to minutes.
+        fallback: callable or None. Under torch, a function with `step`'s
+            arguments and results. If given, a recording of `step` that
+            reads a tensor's value into Python (a branch on a value, which
+            the recording would freeze) is refused, and `fallback` runs for
+            that signature instead (logged at INFO). Without it, `step` is
             assumed to branch on shapes only.
-        capture_cuda_graph: under torch, on CUDA, replay each recording as
-            a captured CUDA graph (`cuda_graphs.GraphReplay`): one launch
-            per call instead of one per operation. `step` must write in
-            place only rows it computes from its inputs (a cache row).
+        capture_cuda_graph: bool. Under torch, on CUDA, replay each
+            recording as a captured CUDA graph (`cuda_graphs.GraphReplay`):
+            one launch per call instead of one per operation. `step` must
+            write in place only rows it computes from its inputs (a cache
+            row).
 
     Returns:
         A function with `step`'s arguments and results; under torch it has
@@ -143,14 +145,16 @@ def compile_training_step(
     whole.
 
     Args:
-        step: a function of (nested structures of) tensors returning a
-            scalar loss and (nested structures of) tensors.
-        trainable_variables: the Keras variables to differentiate by.
-        variables: every other Keras variable `step` reads or assigns
-            (non-trainable weights, the optimizer's loss scale, metrics).
-        apply_gradients: called with the list of gradients.
-        on_new_signature: as in `compile_step`.
-        compile_program: as in `compile_step`.
+        step: callable. A function of (nested structures of) tensors
+            returning a scalar loss and (nested structures of) tensors.
+        trainable_variables: list of keras.Variable. The Keras variables to
+            differentiate by.
+        variables: list of keras.Variable. Every other Keras variable
+            `step` reads or assigns (non-trainable weights, the optimizer's
+            loss scale, metrics).
+        apply_gradients: callable. Called with the list of gradients.
+        on_new_signature: callable or None. As in `compile_step`.
+        compile_program: bool. As in `compile_step`.
 
     Returns:
         A function with `step`'s arguments returning `step`'s outputs; it

@@ -5,46 +5,21 @@ also `python -m conversion`).
 It is the top layer of the package: it uses the models and the hub code,
 and nothing in the library imports it. PyTorch and `transformers` are
 optional: only the commands that read a `.bin` or run the reference need
-them, and they say which extra to install (`optional_module`).
+them, and they say which extra to install (`hub.optional_modules`).
 
 Modules:
     cli: the commands (`list`, `convert`, `verify`, `publish`, `vilbert`).
+    command_arguments: what the commands take, checked (`UsageError`).
+    verified_conversion: a checkpoint to a native preset kept only when it
+        matches its reference (`convert_one`, `verify_preset`).
     state_dict: reading a checkpoint's tensors (safetensors, or a `.bin`
         strictly with `torch.load(weights_only=True)`).
     verifiers: the numerical comparison with `transformers`, per family.
-    vilbert: the ViLBERT authors' checkpoints to one native preset.
+    reference_comparison: the inputs and comparison every verifier shares.
+    linear_attention_reference: causal linear attention in torch, the GPT
+        verifier's reference for linear-attention presets.
+    vilbert: the `vilbert` command: the ViLBERT authors' checkpoints to
+        one native preset.
+    vilbert_conversion: their checkpoint onto one backbone with its heads.
+    vilbert_verification: the converted preset loads back unchanged.
 """
-
-import importlib
-
-# The extras of this distribution that install an optional module.
-_EXTRAS = {"torch": "torch", "transformers": "conversion"}
-
-
-def optional_module(name, purpose):
-    """Imports the optional dependency `name` (`"torch"` or
-    `"transformers"`), or raises an `ImportError` that says what needs it
-    and which extra installs it.
-
-    Args:
-        name: the module to import.
-        purpose: what needs it, in words (`"reading 'model.bin'"`).
-
-    Returns:
-        The module.
-
-    Raises:
-        ImportError: the module is not installed.
-
-    Example:
-
-    >>> optional_module("numpy", "this example").__name__
-    'numpy'
-    """
-    try:
-        return importlib.import_module(name)
-    except ImportError as error:
-        extra = _EXTRAS.get(name, name)
-        raise ImportError(
-            f"{purpose} needs {name}, which is not installed: pip install 'attention_zoo_keras[{extra}]'."
-        ) from error

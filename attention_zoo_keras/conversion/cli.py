@@ -48,259 +48,48 @@ a native preset, an `--out` directory that is not a preset, ...).
 """
 
 import argparse
-import datetime
 import json
-import math
 import sys
 from pathlib import Path
 
-from attention_zoo_keras.conversion import state_dict
+import attention_zoo_keras as azk
 from attention_zoo_keras.conversion import vilbert
-from attention_zoo_keras.conversion.verifiers import TOLERANCE
+from attention_zoo_keras.conversion.command_arguments import CONVERTED_BY_THEIR_OWN_SCRIPT
+from attention_zoo_keras.conversion.command_arguments import UsageError
+from attention_zoo_keras.conversion.command_arguments import native_config
+from attention_zoo_keras.conversion.command_arguments import resolve_conversion
+from attention_zoo_keras.conversion.verified_conversion import ParityError
+from attention_zoo_keras.conversion.verified_conversion import convert_one
+from attention_zoo_keras.conversion.verified_conversion import difference_lines
+from attention_zoo_keras.conversion.verified_conversion import verify_preset
 from attention_zoo_keras.conversion.verifiers import NoVerifierError
 from attention_zoo_keras.conversion.verifiers import unverifiable_reason
-from attention_zoo_keras.conversion.verifiers import verifier_for
 from attention_zoo_keras.hub.atomic import DirectoryNotReplaceableError
 from attention_zoo_keras.hub.catalog import presets_markdown
+from attention_zoo_keras.hub.source import PresetFileError
+from attention_zoo_keras.registration import registered_class
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-# Families whose named presets are not converted from a `transformers`
-# checkpoint, and how they are made instead.
-CONVERTED_BY_THEIR_OWN_SCRIPT = {
-    "vilbert": "its source is the native preset converted from the ViLBERT authors' checkpoint (not in "
-    "transformers format): run azk-convert vilbert CHECKPOINT CONFIG DEST [--vocab VOCAB]",
-}
-
-
-class UsageError(Exception):
-    """A command-line mistake: reported on stderr with exit code 2."""
-
-
-class ParityError(Exception):
-    """The converted preset differs from the reference above the tolerance."""
-
-    def __init__(self, parity):
-        self.parity = parity
-        worst = max(parity["max_abs_difference"].values(), default=float("nan"))
-        super().__init__(f"parity FAILED: max |ours - reference| {worst:.2e} > tolerance {parity['tolerance']:g}")
-
-
 def _error(message):
     print(f"error: {message}", file=sys.stderr)
-
-
-# --------------------------------------------------------------------- helpers
-
-
-def _looks_like_source(text):
-    from attention_zoo_keras.hub.source import HF_PREFIX
-    from attention_zoo_keras.hub.source import PresetSource
-
-    return text.startswith(HF_PREFIX) or PresetSource._looks_like_path(text)
-
-
-def _resolve(preset_or_src, class_name):
-    """`(handle, model class, catalog entry or None)` for `convert`."""
-    import attention_zoo_keras as azk
-    from attention_zoo_keras.hub.catalog import UnknownPresetError
-    from attention_zoo_keras.hub.catalog import get_preset
-
-    entry = None
-    if not _looks_like_source(preset_or_src):
-        try:
-            entry = get_preset(preset_or_src)
-        except UnknownPresetError as error:
-            raise UsageError(str(error)) from error
-        if entry["family"] in CONVERTED_BY_THEIR_OWN_SCRIPT:
-            how = CONVERTED_BY_THEIR_OWN_SCRIPT[entry["family"]]
-            raise UsageError(f"'{preset_or_src}' is not converted here: {how}.")
-        class_name = class_name or entry["class_name"]
-    elif class_name is None:
-        raise UsageError(
-            f"'{preset_or_src}' is a checkpoint source, not a named preset: pass --class to say which "
-            "class to build (e.g. --class BertBackbone, --class GPTCausalLM, --class ViTImageClassifier, "
-            "--class TransformerSeq2SeqLM)."
-        )
-    elif not preset_or_src.startswith("hf://") and not Path(preset_or_src).expanduser().is_dir():
-        raise UsageError(f"source directory '{preset_or_src}' does not exist.")
-    try:
-        model_cls = azk.registration.registered_class(class_name, source="--class")
-    except Exception as error:  # UnregisteredClassError: lists close names
-        raise UsageError(str(error)) from error
-    return preset_or_src, model_cls, entry
-
-
-def _native_config(directory):
-    """The `config.json` of a native preset directory, or a `UsageError`."""
-    from attention_zoo_keras.hub.preset_format import is_native
-
-    directory = Path(directory)
-    path = directory / "config.json"
-    if not directory.is_dir():
-        raise UsageError(f"'{directory}' is not a directory.")
-    if not path.is_file():
-        raise UsageError(f"'{directory}' is not a native attention_zoo_keras preset: it has no config.json.")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UsageError(f"'{path}' is not valid JSON: {error}") from error
-    if not is_native(config):
-        raise UsageError(
-            f"'{directory}' is not a native attention_zoo_keras preset (its config.json was not written by "
-            "this library; a transformers checkpoint is converted first: azk-convert convert)."
-        )
-    return config
-
-
-def _family(model):
-    """The family of a backbone, or of a task's backbone."""
-    return getattr(model, "backbone", model).family
-
-
-def _versions():
-    import importlib.metadata
-
-    import keras
-
-    import attention_zoo_keras as azk
-
-    versions = {"attention_zoo_keras": azk.__version__, "keras": keras.__version__}
-    backend = keras.backend.backend()
-    for package in ("transformers", "torch", {"jax": "jax", "tensorflow": "tensorflow"}.get(backend)):
-        if package and package not in versions:
-            try:
-                versions[package] = importlib.metadata.version(package)
-            except importlib.metadata.PackageNotFoundError:
-                pass
-    return versions
-
-
-def verify_preset(directory, reference):
-    """Runs the native preset in `directory` and the reference implementation
-    on `reference` (a handle) on the same inputs, and records the parity in
-    the preset. Returns the parity record.
-
-    Raises:
-        UsageError: `directory` is no native preset, or `reference` is unknown.
-        NoVerifierError: no verifier applies.
-    """
-    import keras
-
-    from attention_zoo_keras.hub.catalog import UnknownPresetError
-    from attention_zoo_keras.hub.preset_format import record_parity
-    from attention_zoo_keras.hub.source import PresetFileError
-    from attention_zoo_keras.hub.source import PresetSource
-    from attention_zoo_keras.registration import registered_class
-
-    config = _native_config(directory)
-    try:
-        source = PresetSource.of(reference)
-    except (UnknownPresetError, PresetFileError) as error:
-        raise UsageError(f"--reference: {error}") from error
-    model_cls = registered_class(config["class_name"], source=f"config.json of '{directory}'")
-    model = model_cls.from_preset(str(directory))
-    verifier = verifier_for(_family(model), type(model).__name__, source.config_overrides)
-    result = verifier(model, source)
-    differences = result["max_abs_difference"]
-    passed = bool(differences) and all(math.isfinite(value) and value <= TOLERANCE for value in differences.values())
-    parity = {
-        "passed": passed,
-        "reference": result["reference"],
-        "source": str(reference),
-        "max_abs_difference": differences,
-        "tolerance": TOLERANCE,
-        "dtype": "float32",
-        "inputs": result.get("inputs"),
-        "backend": keras.backend.backend(),
-        "versions": _versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    record_parity(directory, parity)
-    return parity
-
-
-def _difference_lines(parity):
-    """One line per output of a parity record: its max |ours - reference|."""
-    tolerance = parity["tolerance"]
-    return [
-        f"  max |ours - reference| {name}: {value:.2e} (tolerance {tolerance:g})"
-        for name, value in parity["max_abs_difference"].items()
-    ]
 
 
 def _print_parity(parity, out=None):
     out = out or sys.stdout
     status = "passed" if parity["passed"] else "FAILED"
     print(f"parity against {parity['reference']} ({parity['backend']}): {status}", file=out)
-    for line in _difference_lines(parity):
+    for line in difference_lines(parity):
         print(line, file=out)
-
-
-def _save_converted(model, handle, entry, directory, echo):
-    """Saves a converted model as a native preset in `directory`: a backbone
-    with its family's preprocessor (so that its tasks can be built from the
-    preset), and the source checkpoint recorded in the metadata and card."""
-    from attention_zoo_keras.hub.preset_format import record_source
-
-    model.save_to_preset(directory)
-    if getattr(model, "preprocessor", None) is None:
-        preprocessor = state_dict.source_preprocessor(handle)
-        if preprocessor is None:
-            echo(f"note: {handle} has no tokenizer files; the preset has no preprocessor")
-        else:
-            preprocessor.save_to_preset(directory)
-    record_source(directory, entry.get("source", str(handle)), entry.get("license"), entry.get("description"))
-
-
-def convert_one(handle, model_cls, out, verify=True, entry=None, echo=print):
-    """Converts `handle` into a `model_cls` native preset at `out`; unless
-    `verify` is false, verifies it. Returns the parity record (or `None`).
-
-    The preset is saved and verified in a staging directory next to `out`
-    and moved into place only when it passed (or was not verified). `out`
-    is checked first, before anything is downloaded or converted.
-
-    Raises:
-        ParityError: the converted model differs from the reference above
-            the tolerance; `out` is left as it was.
-        DirectoryNotReplaceableError: `out` is a directory that is neither
-            empty nor a native preset; nothing in it is touched.
-    """
-    from attention_zoo_keras.hub.preset_format import staged_preset
-
-    entry = entry or {}
-    parity = None
-    with staged_preset(out) as staging:
-        model = state_dict.convert(model_cls, handle)
-        family = _family(model)
-        _save_converted(model, handle, entry, staging, echo)
-        if verify:
-            try:
-                verifier_for(family, type(model).__name__, entry.get("config_overrides"))
-            except NoVerifierError as reason:
-                echo(f"not verified: {reason}")
-            else:
-                del model
-                parity = verify_preset(staging, handle)
-                for line in _difference_lines(parity):
-                    echo(line)
-                if not parity["passed"]:
-                    raise ParityError(parity)
-                echo(f"parity against {parity['reference']}: passed")
-    echo(f"saved {model_cls.__name__} from {handle} to {out}")
-    return parity
 
 
 # -------------------------------------------------------------------- commands
 
 
 def _command_list(args):
-    import attention_zoo_keras as azk
-
     presets = azk.list_presets(family=args.family)
     if not presets:
         raise UsageError(f"no presets of the family '{args.family}'.")
@@ -331,7 +120,7 @@ def _command_convert(args):
         return _convert_all(args)
     if args.preset_or_src is None:
         raise UsageError("give a named preset or a source (PRESET_OR_SRC), or --all.")
-    handle, model_cls, entry = _resolve(args.preset_or_src, args.class_name)
+    handle, model_cls, entry = resolve_conversion(args.preset_or_src, args.class_name)
     try:
         convert_one(handle, model_cls, args.out, verify=not args.no_verify, entry=entry)
     except ParityError as error:
@@ -342,9 +131,7 @@ def _command_convert(args):
 
 
 def _convert_all(args):
-    import attention_zoo_keras as azk
-    from attention_zoo_keras.registration import registered_class
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # a dependency of huggingface_hub's, not ours
 
     presets = azk.list_presets()
     skipped = {name: CONVERTED_BY_THEIR_OWN_SCRIPT[entry["family"]] for name, entry in presets.items()
@@ -393,7 +180,7 @@ def _command_verify(args):
 
 
 def _command_publish(args):
-    _native_config(args.directory)
+    native_config(args.directory)
     if not args.handle.startswith("hf://"):
         raise UsageError(f"'{args.handle}' is not a hub handle; expected hf://org/name.")
     metadata_path = Path(args.directory) / "metadata.json"
@@ -501,9 +288,8 @@ def main(argv=None):
         _error(str(error))
         return EXIT_FAILED
     except Exception as error:  # noqa: BLE001 - a failed download or conversion: say what, exit 1
-        from attention_zoo_keras.hub.source import PresetFileError
-
         if not isinstance(error, (PresetFileError, ValueError, TypeError, OSError, ImportError)):
             raise
         _error(f"{type(error).__name__}: {error}")
         return EXIT_FAILED
+

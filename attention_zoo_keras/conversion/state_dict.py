@@ -10,11 +10,11 @@ which would run code from an untrusted file, so it is never shown."""
 import pickle
 import re
 
-from attention_zoo_keras.conversion import optional_module
+from attention_zoo_keras.hub.optional_modules import optional_module
 from attention_zoo_keras.hub.converters import converter_for
-from attention_zoo_keras.hub.preset_loader import TransformersPresetLoader
 from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.source import PresetSource
+from attention_zoo_keras.hub.transformers_preset_loader import TransformersPresetLoader
 from attention_zoo_keras.hub.weights import Checkpoint
 
 # What torch's weights-only unpickler names when it refuses a pickled object.
@@ -93,22 +93,18 @@ class CheckpointLoader(TransformersPresetLoader):
     converted preset is exactly what the library would load.
 
     Args:
-        src: a `transformers` checkpoint: a directory or
-            `hf://org/repo[@revision]`.
+        src: str, Path or PresetSource. A `transformers` checkpoint: a
+            directory or `hf://org/repo[@revision]`.
     """
 
     def __init__(self, src):
         source = PresetSource.of(src)
         config = source.config()
         super().__init__(source, config, converter_for(config, source.description))
-        self._tensors = None
 
-    @property
-    def checkpoint(self):
-        """The checkpoint's tensors (`read_state_dict`), read once."""
-        if self._tensors is None:
-            self._tensors = read_state_dict(self.source)
-        return self._tensors
+    def _open_checkpoint(self):
+        """The checkpoint's tensors (`read_state_dict`)."""
+        return read_state_dict(self.source)
 
 
 def convert(model_cls, src):

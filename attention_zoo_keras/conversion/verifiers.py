@@ -19,21 +19,26 @@ verified only where its family's verifier declares that it handles those
 overrides (`register(family, overrides=...)`): the verifier then reads our
 model's configuration and runs a reference of the same architecture (GPT-2
 with linear attention: `transformers.GPT2Model` whose attention function is
-`causal_linear_attention_reference`).
+`linear_attention_reference`). The inputs and the comparison every
+verifier shares are in `reference_comparison`.
 """
 
 import math
 
 import numpy as np
 
-from attention_zoo_keras.conversion import optional_module
+from attention_zoo_keras.hub.optional_modules import optional_module
+from attention_zoo_keras.conversion.linear_attention_reference import LINEAR_ATTENTION_EPS
+from attention_zoo_keras.conversion.linear_attention_reference import LINEAR_REFERENCE
+from attention_zoo_keras.conversion.linear_attention_reference import register_linear_reference
+from attention_zoo_keras.conversion.reference_comparison import BATCH_SIZE
+from attention_zoo_keras.conversion.reference_comparison import SEED
+from attention_zoo_keras.conversion.reference_comparison import max_abs_difference
+from attention_zoo_keras.conversion.reference_comparison import random_token_batch
+from attention_zoo_keras.conversion.reference_comparison import reference_directory
 from attention_zoo_keras.conversion.state_dict import read_state_dict
 
-SEED = 0
 TOLERANCE = 1e-4  # absolute, fp32
-# How long the random sequences are (at most; shorter if the model is).
-SEQUENCE_LENGTH = 16
-BATCH_SIZE = 2
 
 VERIFIERS = {}
 # {family: {config key: values}}: the `config_overrides` a family's verifier
@@ -59,10 +64,11 @@ def register(family, overrides=None):
     """Decorator: `function(model, source)` verifies the presets of `family`.
 
     Args:
-        family: the backbone's `family`.
-        overrides: `{config key: tuple of values}`, the `config_overrides`
-            (a preset's changes to its source's architecture) that the
-            verifier handles; any other override means it has no reference.
+        family: str. The backbone's `family`.
+        overrides: dict or None. `{config key: tuple of values}`, the
+            `config_overrides` (a preset's changes to its source's
+            architecture) that the verifier handles; any other override
+            means it has no reference.
     """
 
     def decorate(function):
@@ -102,15 +108,6 @@ def unverifiable_reason(entry):
     return None
 
 
-def reference_directory(source):
-    """The local directory of a `transformers` checkpoint, its config and
-    weights downloaded (through `huggingface_hub` for `hf://` sources)."""
-    config_path = source.require("config.json")
-    if source.file("model.safetensors") is None and source.file("model.safetensors.index.json") is None:
-        source.require("pytorch_model.bin")
-    return config_path.parent
-
-
 def _modules():
     try:
         torch = optional_module("torch", "Running the reference implementation")
@@ -118,45 +115,6 @@ def _modules():
     except ImportError as error:  # pragma: no cover - both are in the test env
         raise NoVerifierError(str(error)) from error
     return torch, transformers
-
-
-def _numpy(value):
-    import keras
-
-    return keras.ops.convert_to_numpy(value)
-
-
-def _difference(ours, theirs, where=None):
-    ours, theirs = np.asarray(_numpy(ours), "float64"), np.asarray(theirs, "float64")
-    if ours.shape != theirs.shape:
-        raise ValueError(f"output shapes differ: ours {ours.shape}, reference {theirs.shape}")
-    if where is not None:
-        ours, theirs = ours[where], theirs[where]
-    return float(np.max(np.abs(ours - theirs)))
-
-
-def _padding_mask(batch, length):
-    """Ones, but the last row is right-padded to about half its length."""
-    mask = np.ones((batch, length), "int32")
-    if batch > 1:
-        mask[-1, max(1, length // 2) :] = 0
-    return mask
-
-
-def _random_token_batch(config):
-    """`(rng, token_ids, padding_mask)` for a backbone `config`: `BATCH_SIZE`
-    random sequences of ids below its `vocabulary_size`, `SEQUENCE_LENGTH`
-    long (or its `max_sequence_length` if shorter), the last one
-    right-padded (`_padding_mask`); `rng` (seed `SEED`) draws any other
-    inputs after them."""
-    rng = np.random.default_rng(SEED)
-    length = min(SEQUENCE_LENGTH, config["max_sequence_length"])
-    token_ids = rng.integers(0, config["vocabulary_size"], (BATCH_SIZE, length)).astype("int32")
-    return rng, token_ids, _padding_mask(BATCH_SIZE, length)
-
-
-def _hf_config(source):
-    return source.config() or {}
 
 
 def _backbone(model):
@@ -181,7 +139,7 @@ def verify_bert(model, source):
     directory = reference_directory(source)
     backbone = _backbone(model)
     config = backbone.get_config()
-    rng, token_ids, mask = _random_token_batch(config)
+    rng, token_ids, mask = random_token_batch(config)
     length = token_ids.shape[1]
     segment_ids = rng.integers(0, config["num_segments"], (BATCH_SIZE, length)).astype("int32")
     theirs = {
@@ -198,13 +156,13 @@ def verify_bert(model, source):
         with torch.no_grad():
             expected = reference(**theirs).logits.numpy()
         positions = np.tile(np.arange(length, dtype="int32"), (BATCH_SIZE, 1))
-        differences["logits"] = _difference(model({**ours, "mask_positions": positions}), expected, real)
+        differences["logits"] = max_abs_difference(model({**ours, "mask_positions": positions}), expected, real)
     elif name == "BertTextClassifier":
         reference_cls = transformers.BertForSequenceClassification
         reference = reference_cls.from_pretrained(directory).eval()
         with torch.no_grad():
             expected = reference(**theirs).logits.numpy()
-        differences["logits"] = _difference(model(ours), expected)
+        differences["logits"] = max_abs_difference(model(ours), expected)
     else:
         reference_cls = transformers.BertModel
         keys = read_state_dict(source).keys()
@@ -213,84 +171,16 @@ def verify_bert(model, source):
         with torch.no_grad():
             expected = reference(**theirs)
         outputs = backbone(ours)
-        differences["sequence_output"] = _difference(
+        differences["sequence_output"] = max_abs_difference(
             outputs["sequence_output"], expected.last_hidden_state.numpy(), real
         )
         if has_pooler:
-            differences["pooled_output"] = _difference(outputs["pooled_output"], expected.pooler_output.numpy())
+            differences["pooled_output"] = max_abs_difference(outputs["pooled_output"], expected.pooler_output.numpy())
     return {
         "reference": f"transformers.{reference_cls.__name__}",
         "inputs": f"random token and segment ids (seed {SEED}), {BATCH_SIZE} sequences of {length}, one right-padded",
         "max_abs_difference": differences,
     }
-
-
-# ---------------------------------------------------------------- GPT
-
-
-LINEAR_ATTENTION_EPS = 1e-6  # the authors' code (fast-transformers): added once to the denominator
-LINEAR_REFERENCE = "linear_attention_katharopoulos2020"  # its name in transformers' AttentionInterface
-
-
-def causal_linear_attention_reference(query, key, value, eps=LINEAR_ATTENTION_EPS, attention_mask=None):
-    """Causal linear attention (Katharopoulos, Vyas, Pappas and Fleuret, 2020,
-    "Transformers are RNNs", eqs. 4-7 and 9), written in torch from the paper:
-
-        V'_i = φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) V_jᵀ / (φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) + eps),
-        φ(x) = elu(x) + 1,
-
-    with no 1/√d scaling and `eps` added once, after the dot product φ(Q_i)ᵀz
-    (as in the authors' `fast-transformers`). Computed in the masked O(L²)
-    form Σ_j A_ij V_j / (Σ_j A_ij + eps), A_ij = φ(Q_i)ᵀφ(K_j)·[j ≤ i]·mask_ij,
-    in float64, and returned in the query's dtype. This is the independent
-    reference of the verifier: it does not use attention_zoo_keras.
-
-    Args:
-        query, key: `(batch, heads, length, key_dim)` torch tensors.
-        value: `(batch, heads, length, value_dim)`.
-        eps: added to the denominator.
-        attention_mask: optional, broadcastable to `(batch, heads, length,
-            length)`: boolean (`True` where query i may see key j) or additive
-            float (0 where it may); combined with the causal mask.
-
-    Returns:
-        `(batch, heads, length, value_dim)`.
-    """
-    import torch
-
-    length = query.shape[-2]
-    phi_query = torch.nn.functional.elu(query.double()) + 1
-    phi_key = torch.nn.functional.elu(key.double()) + 1
-    keep = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
-    if attention_mask is not None:
-        mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-        keep = keep & mask[..., -length:, -length:]
-    similarity = (phi_query @ phi_key.transpose(-1, -2)) * keep  # A_ij = φ(Q_i)ᵀφ(K_j), j ≤ i
-    numerator = similarity @ value.double()  # φ(Q_i)ᵀ Σ_{j≤i} φ(K_j)V_jᵀ
-    denominator = similarity.sum(dim=-1, keepdim=True) + eps  # φ(Q_i)ᵀ Σ_{j≤i} φ(K_j) + eps
-    return (numerator / denominator).to(query.dtype)
-
-
-def _linear_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """`causal_linear_attention_reference` behind transformers' attention
-    function interface: `(batch, heads, length, dim)` in, `(batch, length,
-    heads, dim)` out, no attention weights. `scaling` (GPT-2's 1/√d) is not
-    used: the paper has none."""
-    del module, scaling, kwargs
-    if dropout:
-        raise ValueError("linear attention has no attention dropout; run the reference in eval mode")
-    output = causal_linear_attention_reference(query, key, value, attention_mask=attention_mask)
-    return output.transpose(1, 2).contiguous(), None
-
-
-def _register_linear_reference(transformers):
-    """Registers the linear attention (and, for its padding mask, the boolean
-    `sdpa` mask) under `LINEAR_REFERENCE` in transformers' interfaces."""
-    from transformers.masking_utils import sdpa_mask
-
-    transformers.AttentionInterface.register(LINEAR_REFERENCE, _linear_attention_forward)
-    transformers.AttentionMaskInterface.register(LINEAR_REFERENCE, sdpa_mask)
-    return LINEAR_REFERENCE
 
 
 def _gpt_attention(backbone):
@@ -331,7 +221,7 @@ def verify_gpt(model, source):
     attention = _gpt_attention(backbone)
     directory = reference_directory(source)
     config = backbone.get_config()
-    _, token_ids, mask = _random_token_batch(config)
+    _, token_ids, mask = random_token_batch(config)
     length = token_ids.shape[1]
     theirs = {"input_ids": torch.tensor(token_ids, dtype=torch.long), "attention_mask": torch.tensor(mask)}
     ours = {"token_ids": token_ids, "padding_mask": mask}
@@ -339,7 +229,7 @@ def verify_gpt(model, source):
     reference_cls = transformers.GPT2LMHeadModel if name == "GPTCausalLM" else transformers.GPT2Model
     options = {}
     if attention == "linear":
-        options["attn_implementation"] = _register_linear_reference(transformers)
+        options["attn_implementation"] = register_linear_reference(transformers)
     reference = reference_cls.from_pretrained(directory, **options).eval()
     if attention == "linear" and reference.config._attn_implementation != LINEAR_REFERENCE:
         raise RuntimeError(
@@ -349,10 +239,12 @@ def verify_gpt(model, source):
     with torch.no_grad():
         expected = reference(**theirs)
     if name == "GPTCausalLM":
-        differences = {"logits": _difference(model(ours), expected.logits.numpy(), real)}
+        differences = {"logits": max_abs_difference(model(ours), expected.logits.numpy(), real)}
     else:
         differences = {
-            "sequence_output": _difference(model(ours)["sequence_output"], expected.last_hidden_state.numpy(), real)
+            "sequence_output": max_abs_difference(
+                model(ours)["sequence_output"], expected.last_hidden_state.numpy(), real
+            )
         }
     described = f"transformers.{reference_cls.__name__}"
     if attention == "linear":
@@ -384,7 +276,7 @@ def verify_vit(model, source):
         reference = reference_cls.from_pretrained(directory).eval()
         with torch.no_grad():
             expected = reference(theirs).logits.numpy()
-        differences = {"logits": _difference(model(ours), expected)}
+        differences = {"logits": max_abs_difference(model(ours), expected)}
     else:
         reference_cls = transformers.ViTModel
         use_pooler = bool(backbone.get_config().get("use_pooler"))
@@ -392,9 +284,11 @@ def verify_vit(model, source):
         with torch.no_grad():
             expected = reference(theirs)
         outputs = backbone(ours)
-        differences = {"sequence_output": _difference(outputs["sequence_output"], expected.last_hidden_state.numpy())}
+        differences = {
+            "sequence_output": max_abs_difference(outputs["sequence_output"], expected.last_hidden_state.numpy())
+        }
         if use_pooler:
-            differences["pooled_output"] = _difference(outputs["pooled_output"], expected.pooler_output.numpy())
+            differences["pooled_output"] = max_abs_difference(outputs["pooled_output"], expected.pooler_output.numpy())
     return {
         "reference": f"transformers.{reference_cls.__name__}",
         "inputs": f"random normal images (seed {SEED}), {BATCH_SIZE} of {height}x{width}x{channels}",
@@ -410,7 +304,7 @@ def verify_marian(model, source):
     `decoder_start_token_id`."""
     torch, transformers = _modules()
     _check_class(model, {"TransformerSeq2SeqLM"}, "Transformer")
-    hf_config = _hf_config(source)
+    hf_config = source.config() or {}
     if hf_config.get("model_type") != "marian":
         raise NoVerifierError(
             f"the Transformer verifier runs Marian checkpoints; '{source.description}' is "
@@ -419,7 +313,7 @@ def verify_marian(model, source):
     directory = reference_directory(source)
     config = model.backbone.get_config()
     target_vocabulary = config.get("target_vocabulary_size") or config["vocabulary_size"]
-    rng, encoder_ids, encoder_mask = _random_token_batch(config)
+    rng, encoder_ids, encoder_mask = random_token_batch(config)
     length = encoder_ids.shape[1]
     decoder_ids = rng.integers(0, target_vocabulary, (BATCH_SIZE, length)).astype("int32")
     decoder_ids[:, 0] = hf_config.get("decoder_start_token_id", hf_config.get("pad_token_id", 0))
@@ -444,7 +338,7 @@ def verify_marian(model, source):
     return {
         "reference": f"transformers.{reference_cls.__name__}",
         "inputs": f"random source and target ids (seed {SEED}), {BATCH_SIZE} pairs of {length}, one of each right-padded",
-        "max_abs_difference": {"logits": _difference(logits, expected, decoder_mask.astype(bool))},
+        "max_abs_difference": {"logits": max_abs_difference(logits, expected, decoder_mask.astype(bool))},
     }
 
 
@@ -454,7 +348,8 @@ def reformer_verify_length(config, longest=256):
     positions = math.prod(config["axial_pos_shape"])
     if config.get("max_sequence_length"):
         positions = min(positions, int(config["max_sequence_length"]))
-    chunk = math.lcm(int(config["lsh_chunk_length"]), int(config["local_chunk_length"]))
+    options = config["attention_options"]
+    chunk = math.lcm(int(options["lsh"]["chunk_length"]), int(options["local"]["block_size"]))
     length = min(longest, positions) // chunk * chunk
     return max(length, chunk)
 
@@ -506,5 +401,5 @@ def verify_reformer(model, source, length=None):
         "reference": "transformers.ReformerModelWithLMHead",
         "inputs": f"random token ids (seed {SEED}), {BATCH_SIZE} sequences of {length}, the same LSH rotations "
         f"(hash seed {REFORMER_ROTATION_SEED})",
-        "max_abs_difference": {"logits": _difference(logits, expected)},
+        "max_abs_difference": {"logits": max_abs_difference(logits, expected)},
     }

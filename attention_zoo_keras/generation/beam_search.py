@@ -75,14 +75,16 @@ def beam_search_body(step, options, process_log_probs=None):
     reads is an argument, so a recording of it serves every call.
 
     Args:
-        step: `step(token_ids (batch·K, 1), cache, index, *constants) ->
-            (logits (batch·K, vocabulary), cache)`, the model on the token at
-            `index` given a cache of every earlier position.
-        options: `BeamOptions` (see the module docstring).
-        process_log_probs: optionally `process_log_probs(log_probs (batch·K,
-            vocabulary), index, end_positions (batch·K,)) -> log_probs`,
-            applied to each step's log-probabilities of the token after
-            position `index` before they add to the beams' scores (as
+        step: callable. `step(token_ids (batch·K, 1), cache, index,
+            *constants) -> (logits (batch·K, vocabulary), cache)`, the model
+            on the token at `index` given a cache of every earlier position.
+        options: BeamOptions. The search's options (see the module
+            docstring).
+        process_log_probs: callable or None. Optionally
+            `process_log_probs(log_probs (batch·K, vocabulary), index,
+            end_positions (batch·K,)) -> log_probs`, applied to each
+            step's log-probabilities of the token after position `index`
+            before they add to the beams' scores (as
             `transformers` applies its logits processors in beam search:
             e.g. suppressed tokens at −∞, not renormalised).
     """
@@ -164,8 +166,8 @@ def beam_search(body, state, options):
     """Best continuation of each prompt (all prompts the same length).
 
     Args:
-        body: a `beam_search_body` (or a recording of one).
-        state: a `DecodingState`: `token_ids` `(batch, buffer_length)` int32,
+        body: callable. A `beam_search_body` (or a recording of one).
+        state: DecodingState. `token_ids` `(batch, buffer_length)` int32,
             the prompts in `[:, :start_index]` and the pad id after;
             `end_positions` `(batch,)`, of which the largest is the longest
             total length; `stop_token_ids`; `start_index`, the length of
@@ -174,7 +176,8 @@ def beam_search(body, state, options):
             `[0, start_index − 1)` (a position-addressed cache may hold
             more); the first step feeds position `start_index − 1`; and the
             `constants` the step takes. Its `prompt_mask` is not used.
-        options: `BeamOptions` (see the module docstring).
+        options: BeamOptions. The search's options (see the module
+            docstring).
 
     Returns:
         `(token_ids, lengths)`: the best hypothesis per prompt `(batch,

@@ -19,12 +19,15 @@ def decoding_rule(sampler=None, num_beams=None, length_penalty=None, early_stopp
     """The decoding `generate` runs: a `Sampler` or `BeamOptions`.
 
     Args:
-        sampler: `None` (greedy, or beam search when `num_beams > 1`), a
-            name from `sampler_names()` or a `Sampler`.
-        num_beams: `None` or a positive int; above 1, beam search.
-        length_penalty, early_stopping: beam search's options; `None` when
-            not given.
-        **sampler_options: the sampler's options (`temperature`, `k`, `p`).
+        sampler: str, Sampler or None. `None` (greedy, or beam search when
+            `num_beams > 1`), a name from `sampler_names()` or a `Sampler`.
+        num_beams: int or None. A positive int; above 1, beam search.
+        length_penalty: float or None. Beam search's length penalty; `None`
+            when not given.
+        early_stopping: bool, `"never"` or None. Beam search's stopping
+            rule; `None` when not given.
+        **sampler_options: dict. The sampler's options (`temperature`, `k`,
+            `p`).
 
     Raises:
         ValueError: for a sampler with `num_beams > 1`, beam options without

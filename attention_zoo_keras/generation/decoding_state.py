@@ -9,22 +9,23 @@ class DecodingState(NamedTuple):
     """The tensors a decoding loop starts from.
 
     Attributes:
-        token_ids: `(batch, buffer_length)` int32: the prompts, right-padded
-            with the pad id.
-        prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens
-            (`None` for beam search, whose prompts all have `start_index`
-            tokens).
-        end_positions: `(batch,)` int32: row `b` writes no position at or
-            past `end_positions[b]`.
-        stop_token_ids: `(num_stop,)` int32; a row stops after emitting one
-            (`[-1]` for none).
-        start_index: int32 scalar, the first position to decode (the
+        token_ids: int32 tensor of shape `(batch, buffer_length)`. The
+            prompts, right-padded with the pad id.
+        prompt_mask: bool tensor of shape `(batch, buffer_length)`, or None.
+            True on prompt tokens (`None` for beam search, whose prompts all
+            have `start_index` tokens).
+        end_positions: int32 tensor of shape `(batch,)`. Row `b` writes no
+            position at or past `end_positions[b]`.
+        stop_token_ids: int32 tensor of shape `(num_stop,)`. A row stops
+            after emitting one (`[-1]` for none).
+        start_index: int32 scalar tensor. The first position to decode (the
             shortest prompt's length).
-        cache: the model's cache, holding positions `[0, start_index − 1)`
-            (a position-addressed cache may hold more: the steps rewrite
-            them).
-        constants: more tensors the step takes, the same at every step
-            (e.g. weights laid out for decoding, an encoder's keys).
+        cache: nested tuple of tensors. The model's cache, holding positions
+            `[0, start_index − 1)` (a position-addressed cache may hold more:
+            the steps rewrite them).
+        constants: tuple of tensors. More tensors the step takes, the same
+            at every step (e.g. weights laid out for decoding, an encoder's
+            keys).
     """
 
     token_ids: Any

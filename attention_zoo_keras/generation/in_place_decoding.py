@@ -38,14 +38,16 @@ def sampling_body(step, sampler, pad_id, process_logits=None):
     argument, so a recording of it serves every call.
 
     Args:
-        step: `step(token_ids (batch, 1), cache, index, *constants) ->
-            (logits (batch, vocabulary), cache)`: the model on the token at
-            `index`, given a cache that holds every position before it.
-        sampler: a `Sampler`.
-        pad_id: id written where a row generates nothing.
-        process_logits: optionally `process_logits(logits (batch,
-            vocabulary) float32, index, end_positions) -> logits`, applied
-            before the sampler chooses the token after position `index`
+        step: callable. `step(token_ids (batch, 1), cache, index,
+            *constants) -> (logits (batch, vocabulary), cache)`: the model on
+            the token at `index`, given a cache that holds every position
+            before it.
+        sampler: Sampler. The per-step decoding rule.
+        pad_id: int. The id written where a row generates nothing.
+        process_logits: callable or None. Optionally
+            `process_logits(logits (batch, vocabulary) float32, index,
+            end_positions) -> logits`, applied before the sampler chooses the
+            token after position `index`
             (e.g. suppressed tokens at −∞).
     """
 
@@ -76,13 +78,13 @@ def decode_in_place(body, state, uniforms):
     """Fills `state.token_ids` past the prompts, one position per step.
 
     Args:
-        body: a `sampling_body` (or a recording of one).
-        state: a `DecodingState` (the right-padded prompts, where each row
+        body: callable. A `sampling_body` (or a recording of one).
+        state: DecodingState. The right-padded prompts, where each row
             ends, the stop ids, the first position to decode, the cache
-            and the step's constants). Its `token_ids` are written in place
+            and the step's constants. Its `token_ids` are written in place
             under torch (see `write_rows`).
-        uniforms: `(batch, buffer_length)` float32 in [0, 1), the sampler's
-            randomness for each position.
+        uniforms: float32 array of shape `(batch, buffer_length)`. Numbers
+            in [0, 1), the sampler's randomness for each position.
 
     Returns:
         `(token_ids, valid)`: the filled buffer and a bool mask `(batch,

@@ -32,7 +32,7 @@ import inspect
 import numpy as np
 from keras import ops
 
-from attention_zoo_keras.naming import did_you_mean
+from attention_zoo_keras.naming import NameRegistry
 
 
 class Sampler:
@@ -91,7 +91,8 @@ class TemperatureSampler(Sampler):
     """A draw from `softmax(logits / temperature)`.
 
     Args:
-        temperature: > 0; below 1 sharpens the distribution, above 1 flattens it.
+        temperature: float. Greater than 0; below 1 sharpens the
+            distribution, above 1 flattens it.
     """
 
     name = "temperature"
@@ -112,8 +113,8 @@ class TopKSampler(Sampler):
     tokens only.
 
     Args:
-        k: number of candidates (`k=1` is greedy).
-        temperature: > 0.
+        k: int. The number of candidates (`k=1` is greedy).
+        temperature: float. Greater than 0.
     """
 
     name = "top_k"
@@ -143,12 +144,12 @@ class TopPSampler(Sampler):
     `p` (the most likely token is always in it).
 
     Args:
-        p: in (0, 1].
-        temperature: > 0, applied before the nucleus is chosen (as in
-            `transformers`).
-        k: optionally look only at the `k` most likely tokens first (faster
-            than sorting the whole vocabulary; the nucleus is the same
-            whenever it has fewer than `k` tokens).
+        p: float. The nucleus' probability mass, in (0, 1].
+        temperature: float. Greater than 0, applied before the nucleus is
+            chosen (as in `transformers`).
+        k: int or None. Optionally look only at the `k` most likely tokens
+            first (faster than sorting the whole vocabulary; the nucleus is
+            the same whenever it has fewer than `k` tokens).
     """
 
     name = "top_p"
@@ -188,28 +189,34 @@ def sampler_uniforms(sampler, batch, buffer_length, total_length, seed):
     return uniforms
 
 
-_SAMPLERS = {cls.name: cls for cls in (GreedySampler, TemperatureSampler, TopKSampler, TopPSampler)}
+_SAMPLERS = NameRegistry(
+    "sampler", "samplers", {cls.name: cls for cls in (GreedySampler, TemperatureSampler, TopKSampler, TopPSampler)}
+)
+
+# What the list of known samplers adds: the name `generate` runs as beam search.
+_BEAM_NOTE = " (and beam, for generate's beam search)"
 
 
 def sampler_names():
     """Names `generate(sampler=...)` accepts, `beam` included."""
-    return sorted([*_SAMPLERS, "beam"])
+    return sorted([*_SAMPLERS.names(), "beam"])
 
 
 def sampler_option_names():
     """Every option some sampler takes (`temperature`, `k`, `p`): the
     keyword arguments `generate` passes on to the sampler."""
-    return sorted({name for cls in _SAMPLERS.values() for name in inspect.signature(cls).parameters})
+    classes = [_SAMPLERS.get(name) for name in _SAMPLERS.names()]
+    return sorted({option for cls in classes for option in inspect.signature(cls).parameters})
 
 
 def get_sampler(sampler, **options):
     """A `Sampler` from a name and its options, or `sampler` itself.
 
     Args:
-        sampler: a name from `sampler_names()` (but `beam`, which
-            `generate` handles itself) or a `Sampler`.
-        **options: the sampler's constructor arguments (`temperature`, `k`,
-            `p`).
+        sampler: str or Sampler. A name from `sampler_names()` (but `beam`,
+            which `generate` handles itself) or a `Sampler`.
+        **options: dict. The sampler's constructor arguments
+            (`temperature`, `k`, `p`).
 
     Raises:
         ValueError: an unknown name (listing the known ones) or an option
@@ -225,12 +232,9 @@ def get_sampler(sampler, **options):
                 "instance; set them on the instance instead."
             )
         return sampler
-    if not isinstance(sampler, str) or sampler not in _SAMPLERS:
-        raise ValueError(
-            f"Unknown sampler {sampler!r}.{did_you_mean(sampler, sampler_names())} "
-            f"Known samplers: {', '.join(sampler_names())}."
-        )
-    cls = _SAMPLERS[sampler]
+    if not isinstance(sampler, str):
+        raise ValueError(f"sampler must be a name ({', '.join(sampler_names())}) or a Sampler; got {sampler!r}.")
+    cls = _SAMPLERS.get(sampler, note=_BEAM_NOTE)
     try:
         return cls(**options)
     except TypeError:

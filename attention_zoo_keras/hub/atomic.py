@@ -104,9 +104,10 @@ def atomic_directory(target, owned_entries=None):
     directory stays a link: the directory it points to is replaced.
 
     Args:
-        target: the directory to create or replace.
-        owned_entries: `owned_entries(directory) -> set of names | None`; by
-            default only a missing or empty `target` may be written.
+        target: str or Path. The directory to create or replace.
+        owned_entries: callable or None. `owned_entries(directory) -> set of
+            names | None`; `None`: only a missing or empty `target` may be
+            written.
 
     Raises:
         DirectoryNotReplaceableError: `target` holds files that are not ours.

@@ -88,8 +88,9 @@ def get_preset(name, family=None):
     """The catalog entry of the preset called `name`.
 
     Args:
-        name: the preset's name.
-        family: if given, the preset must belong to this model family.
+        name: str. The preset's name.
+        family: str or None. If given, the preset must belong to this model
+            family.
 
     Raises:
         UnknownPresetError: listing the closest known names (of `family`,

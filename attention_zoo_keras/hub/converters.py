@@ -13,6 +13,12 @@ checkpoint is adapted to a model built with other settings (`adapt_arrays`).
 
 import re
 
+from attention_zoo_keras.naming import NameRegistry
+
+
+class NotExportableError(ValueError):
+    """A model computes something the `transformers` layout cannot hold."""
+
 
 def copy_dense(arrays, ours, theirs, checkpoint, transpose=True):
     """`arrays[ours/kernel, ours/bias]` from a torch layer `theirs`.
@@ -100,19 +106,99 @@ class TransformersConverter:
         """Preprocessor arguments the repo implies (e.g. its maximum length)."""
         return {}
 
+    # --- the way back: `export_to_transformers` (see `transformers_export`) --
 
-_CONVERTERS = {}
+    # `{our class name: transformers class name}`: the architecture a model
+    # of that class (or of a subclass) is exported as; empty where
+    # `transformers` has no counterpart.
+    transformers_architectures = {}
+
+    def transformers_architecture(self, model):
+        """The `transformers` class name `model` is exported as.
+
+        Args:
+            model: Backbone or Task. A model of this converter's family.
+
+        Raises:
+            NotExportableError: no `transformers` class computes this model.
+        """
+        for cls in type(model).__mro__:
+            if cls.__name__ in self.transformers_architectures:
+                return self.transformers_architectures[cls.__name__]
+        exportable = ", ".join(sorted(self.transformers_architectures)) or "none"
+        raise NotExportableError(
+            f"{type(model).__name__} has no transformers counterpart to export to "
+            f"(exportable classes of this family: {exportable})."
+        )
+
+    def transformers_shapes(self, hf_config):
+        """`{tensor name: shape}` of the checkpoint `transformers` saves for
+        `hf_config`, for a family `transformers` no longer has; `None` (the
+        default) asks `transformers` itself.
+
+        Args:
+            hf_config: dict. The exported `config.json`.
+        """
+        return None
+
+    # `{backbone argument: transformers config key}`: the settings that
+    # carry over unchanged, for `transformers_config`.
+    transformers_names = {}
+
+    def transformers_config(self, model):
+        """The settings of `model`'s `transformers` `config.json` (without
+        `model_type` and `architectures`): the inverse of `backbone_config`
+        and `task_config`, which `export_to_transformers` checks by
+        converting them back. By default the backbone's arguments named in
+        `transformers_names`; a family adds what needs translating.
+
+        Args:
+            model: Backbone or Task. A model of this converter's family.
+        """
+        config = getattr(model, "backbone", model).get_config()
+        return {theirs: config[ours] for ours, theirs in self.transformers_names.items()}
+
+    def export_preprocessor(self, preprocessor, directory):
+        """Writes the files from which `transformers` builds this family's
+        tokenizer or image processor (`AutoTokenizer`,
+        `AutoImageProcessor`) into `directory`.
+
+        Args:
+            preprocessor: Preprocessor. The task's preprocessor.
+            directory: pathlib.Path. The export's staging directory.
+
+        Raises:
+            NotExportableError: where `transformers` cannot read this
+                family's preprocessor from what this library keeps.
+        """
+        raise NotExportableError(
+            f"The {self.model_type} preprocessor cannot be exported to transformers; export "
+            "the model alone with export_to_transformers(directory, include_preprocessor=False)."
+        )
+
+
+_CONVERTERS = NameRegistry("transformers model type", "model types")
 
 
 def register_converter(converter):
-    """Registers a `TransformersConverter` instance under its `model_type`."""
-    _CONVERTERS[converter.model_type] = converter
+    """Registers a `TransformersConverter` instance under its `model_type`.
+
+    Args:
+        converter: TransformersConverter. The family's converter; its
+            `model_type` can be taken only once.
+    """
+    _CONVERTERS.add(converter.model_type, converter)
     return converter
 
 
 def converter_for_backbone(backbone_cls):
-    """The registered converter of `backbone_cls`'s family, or `None`."""
-    for converter in _CONVERTERS.values():
+    """The registered converter of `backbone_cls`'s family, or `None`.
+
+    Args:
+        backbone_cls: type. A `Backbone` subclass.
+    """
+    for model_type in _CONVERTERS.names():
+        converter = _CONVERTERS.get(model_type)
         if converter.backbone_cls is not None and issubclass(backbone_cls, converter.backbone_cls):
             return converter
     return None
@@ -126,8 +212,13 @@ def matches_any(key, patterns):
 def converter_for(hf_config, source_description):
     """The converter for a `transformers` `config.json`.
 
+    Args:
+        hf_config: dict. The checkpoint's `config.json`.
+        source_description: str. The handle as the user wrote it, for messages.
+
     Raises:
-        ValueError: if the config has no `model_type` or no converter reads it.
+        ValueError: if the config has no `model_type` or no converter reads
+            it (with the close and the known model types).
     """
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if model_type is None:
@@ -135,10 +226,8 @@ def converter_for(hf_config, source_description):
             f"config.json of preset '{source_description}' is neither an attention_zoo_keras "
             "preset nor a transformers checkpoint (it has no 'model_type')."
         )
-    if model_type not in _CONVERTERS:
-        raise ValueError(
-            f"Preset '{source_description}' is a transformers '{model_type}' checkpoint, "
-            f"which attention_zoo_keras cannot convert. Supported model types: "
-            f"{', '.join(sorted(_CONVERTERS))}."
-        )
-    return _CONVERTERS[model_type]
+    return _CONVERTERS.get(
+        model_type,
+        note=f"; preset '{source_description}' is a transformers checkpoint of that type, which "
+        "attention_zoo_keras cannot convert",
+    )

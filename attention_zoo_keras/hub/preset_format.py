@@ -163,16 +163,20 @@ def save_preset_with_heads(
     (ViLBERT's multi-task model) converts once, not once per head.
 
     Args:
-        backbone: the shared `Backbone`.
-        tasks: tasks built on that very backbone object, at most one per class.
-        directory: the preset directory (missing, empty, or a native preset).
-        preprocessor: saved with the preset, if given.
-        head_preprocessor_settings: `{task class name: {setting: value}}`,
-            preprocessor settings that differ by head (a ViLBERT head's
-            `task_id`): stored as `config.json["heads"]["T"]["preprocessor"]`,
+        backbone: Backbone. The shared backbone.
+        tasks: list of Task. Tasks built on that very backbone object, at
+            most one per class.
+        directory: str or Path. The preset directory (missing, empty, or a
+            native preset).
+        preprocessor: Preprocessor or None. Saved with the preset, if given.
+        head_preprocessor_settings: dict or None. `{task class name:
+            {setting: value}}`, preprocessor settings that differ by head (a
+            ViLBERT head's `task_id`): stored as
+            `config.json["heads"]["T"]["preprocessor"]`,
             they override the saved preprocessor's when `T.from_preset`
             builds its preprocessor.
-        max_shard_size: as in `save_preset`.
+        max_shard_size: int or str. As in `save_preset` (bytes, or a
+            size such as `"500MB"`).
 
     Raises:
         ValueError: a task is built on another backbone, or two tasks share

@@ -63,12 +63,14 @@ class PresetSource:
     """The files of one preset, wherever they live.
 
     Args:
-        handle: a named preset (`"bert_base"`), `"hf://org/repo"` with an
-            optional `"@revision"`, a local directory, or another
-            `PresetSource` (returned as is by `PresetSource.of`).
-        family: the model family a named preset must belong to, if any.
-        force_download: download hub files again even if they are cached
-            (to replace a corrupt cached file).
+        handle: str, Path or PresetSource. A named preset (`"bert_base"`),
+            `"hf://org/repo"` with an optional `"@revision"`, a local
+            directory, or another `PresetSource` (returned as is by
+            `PresetSource.of`).
+        family: str or None. The model family a named preset must belong
+            to, if any.
+        force_download: bool. Download hub files again even if they are
+            cached (to replace a corrupt cached file).
 
     Example:
 

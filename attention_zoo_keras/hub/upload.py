@@ -9,11 +9,11 @@ import fnmatch
 from pathlib import Path
 
 from attention_zoo_keras.hub.model_card import for_repository
+from attention_zoo_keras.hub.native_preset_loader import NativePresetLoader
 from attention_zoo_keras.hub.preset_format import CONFIG_FILE
 from attention_zoo_keras.hub.preset_format import MODEL_CARD_FILE
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
-from attention_zoo_keras.hub.preset_loader import NativePresetLoader
 from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.source import HF_PREFIX
 from attention_zoo_keras.hub.source import PresetFileError
@@ -140,16 +140,19 @@ def upload_preset(
     branch other than main). The local directory is only read.
 
     Args:
-        handle: `"hf://org/name"`, optionally `"hf://org/name@revision"`.
-        directory: a directory written by `save_to_preset`.
-        revision: the branch to commit to (default: the handle's revision,
-            else `"main"`); created if it does not exist.
-        private: whether a repo this call creates is private.
-        token: a Hugging Face access token with write access to `org`;
-            defaults to the logged-in token (`hf auth login` or `HF_TOKEN`).
-        commit_message: the commit's summary (default: "Upload <class> preset").
-        create_pr: open a pull request against `main` instead of committing
-            to it (not with a `revision` other than `main`).
+        handle: str. `"hf://org/name"`, optionally
+            `"hf://org/name@revision"`.
+        directory: str or Path. A directory written by `save_to_preset`.
+        revision: str or None. The branch to commit to (`None`: the handle's
+            revision, else `"main"`); created if it does not exist.
+        private: bool. Whether a repo this call creates is private.
+        token: str or None. A Hugging Face access token with write access to
+            `org`; `None`: the logged-in token (`hf auth login` or
+            `HF_TOKEN`).
+        commit_message: str or None. The commit's summary (`None`: "Upload
+            <class> preset").
+        create_pr: bool. Open a pull request against `main` instead of
+            committing to it (not with a `revision` other than `main`).
 
     Returns:
         The `huggingface_hub.CommitInfo` of the commit: `oid` is the commit

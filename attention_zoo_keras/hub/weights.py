@@ -91,7 +91,7 @@ class Checkpoint:
     """Read access to the tensors of a preset's (possibly sharded) safetensors.
 
     Args:
-        source: a `PresetSource`.
+        source: PresetSource. Where the preset's files are.
 
     Tensors are read lazily, one at a time, as numpy arrays mapped from the
     file (copy-on-write, `hub.safetensors_file.read_tensor`); `shape(key)`
@@ -213,13 +213,13 @@ def check_arrays(variables, arrays, source_description, optional_keys=(), filled
     ones) with the variable's shape.
 
     Args:
-        variables: `{key: keras.Variable}`.
-        arrays: a mapping of keys to arrays (a `Checkpoint` or a dict).
-        source_description: named in errors.
-        optional_keys: keys that may be missing.
-        filled: keys of variables created holding their checkpoint value
-            (checked then, see `backend_support.initialized_from`); they are
-            not read again.
+        variables: dict. `{key: keras.Variable}`.
+        arrays: mapping. Keys to arrays (a `Checkpoint` or a dict).
+        source_description: str. Named in errors.
+        optional_keys: collection of str. Keys that may be missing.
+        filled: collection of str. Keys of variables created holding their
+            checkpoint value (checked then, see
+            `backend_support.initialized_from`); they are not read again.
 
     Returns:
         The sorted keys that are missing but optional.

@@ -8,7 +8,9 @@ defaults to the approximation, so the names are mapped here explicitly.
 
 from keras import ops
 
-_ACTIVATIONS = {
+from attention_zoo_keras.naming import NameRegistry
+
+_ACTIVATIONS = NameRegistry("activation", "activations", {
     "gelu": lambda x: ops.gelu(x, approximate=False),
     "gelu_exact": lambda x: ops.gelu(x, approximate=False),
     "gelu_new": lambda x: ops.gelu(x, approximate=True),
@@ -19,13 +21,17 @@ _ACTIVATIONS = {
     "silu": ops.silu,
     "swish": ops.silu,
     "tanh": ops.tanh,
-}
+})
 
 
 def get_activation(name):
-    """The activation function called `name` (see the module docstring)."""
-    if name not in _ACTIVATIONS:
-        raise ValueError(
-            f"Unknown activation '{name}'. Known activations: {', '.join(sorted(_ACTIVATIONS))}."
-        )
-    return _ACTIVATIONS[name]
+    """The activation function called `name` (see the module docstring).
+
+    Args:
+        name: str. A name from a checkpoint's config (`"gelu_new"`).
+
+    Raises:
+        ValueError: for an unknown name, with the close names and all known
+            ones.
+    """
+    return _ACTIVATIONS.get(name)

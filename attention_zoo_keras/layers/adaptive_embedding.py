@@ -76,32 +76,38 @@ class AdaptiveEmbedding(keras.layers.Layer):
     layer runs under `jax.jit`, `tf.function` and torch alike.
 
     Args:
-        vocabulary_size: number of token ids.
-        embedding_dim: width `d` of the first (most frequent) cluster's table.
-        output_dim: width of the output (`d_proj`, the model width).
-        cutoffs: increasing ids `0 < c₁ < … < c_K < vocabulary_size` where
-            a new cluster starts; `()` for one cluster.
-        div_val: `k`; cluster i's table is `embedding_dim // k**i` wide.
-            With `div_val == 1` there is a single table over the whole
+        vocabulary_size: int. The number of token ids.
+        embedding_dim: int. The width `d` of the first (most frequent)
+            cluster's table.
+        output_dim: int. The width of the output (`d_proj`, the model
+            width).
+        cutoffs: tuple of int. Increasing ids
+            `0 < c₁ < … < c_K < vocabulary_size` where a new cluster starts;
+            `()` for one cluster.
+        div_val: int. `k`; cluster i's table is `embedding_dim // k**i`
+            wide. With `div_val == 1` there is a single table over the whole
             vocabulary, whatever the cutoffs.
-        embeddings_initializer: initializer of the tables (default
+        embeddings_initializer: str or keras.initializers.Initializer or
+            None. The initializer of the tables (`None`:
             `RandomNormal(stddev=0.02)`, Transformer-XL's).
-        projection_initializer: initializer of the projections (default
+        projection_initializer: str or keras.initializers.Initializer or
+            None. The initializer of the projections (`None`:
             `RandomNormal(stddev=0.01)`, Transformer-XL's `proj_init_std`).
 
     Attributes (after `build`):
-        embeddings: list of the table variables in cluster order; cluster
-            i's (named `embeddings_{i}`) is `(stop_i − start_i, d_i)` with
-            `d_i = embedding_dim // div_val**i`. With `div_val == 1` one
-            table `(vocabulary_size, embedding_dim)`.
-        projections: list, one entry per table: the projection variable
-            `projection_{i}` of shape `(d_i, output_dim)` (Keras orientation,
-            `e = E[w] P`; `transformers` stores its transpose `(d_proj, d_i)`),
-            or `None` where there is none (`div_val == 1` and
+        embeddings: list of keras.Variable. The tables in cluster order;
+            cluster i's (named `embeddings_{i}`) is `(stop_i − start_i, d_i)`
+            with `d_i = embedding_dim // div_val**i`. With `div_val == 1`
+            one table `(vocabulary_size, embedding_dim)`.
+        projections: list of keras.Variable or None. One entry per table:
+            the projection variable `projection_{i}` of shape
+            `(d_i, output_dim)` (Keras orientation, `e = E[w] P`;
+            `transformers` stores its transpose `(d_proj, d_i)`), or `None`
+            where there is none (`div_val == 1` and
             `output_dim == embedding_dim`).
 
     Call args:
-        token_ids: integer ids of any shape.
+        token_ids: int tensor of any shape. The token ids.
 
     Returns:
         `(*token_ids.shape, output_dim)` in the layer's compute dtype.

@@ -53,30 +53,34 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
     and every product is cast to float32.
 
     Args:
-        vocabulary_size: number of classes (token ids).
-        embedding_dim: width `d` of the first cluster's output table (and of
-            the cluster weights).
-        input_dim: width of the hidden states (`d_proj`, the model width).
-        cutoffs: increasing ids `0 < c₁ < … < c_K < vocabulary_size`
-            starting each tail cluster; `()` for a plain log-softmax.
-        div_val: `k`; cluster i's table is `embedding_dim // k**i` wide.
-            With `div_val == 1` one table over the whole vocabulary.
-        tied_embedding: optionally an `AdaptiveEmbedding` (same
+        vocabulary_size: int. The number of classes (token ids).
+        embedding_dim: int. The width `d` of the first cluster's output
+            table (and of the cluster weights).
+        input_dim: int. The width of the hidden states (`d_proj`, the model
+            width).
+        cutoffs: tuple of int. Increasing ids
+            `0 < c₁ < … < c_K < vocabulary_size` starting each tail cluster;
+            `()` for a plain log-softmax.
+        div_val: int. `k`; cluster i's table is `embedding_dim // k**i`
+            wide. With `div_val == 1` one table over the whole vocabulary.
+        tied_embedding: AdaptiveEmbedding or None. An embedding (same
             `vocabulary_size`, `embedding_dim`, `cutoffs`, `div_val`) whose
             tables are used as the output tables (Press & Wolf, 2017). The
             layer holds a reference to it (as `TiedLMHead` does), so its
             variables are not created twice; it is built here if it is not
             yet.
-        tie_projections: optionally a list of booleans, one per cluster
+        tie_projections: list of bool or None. One per cluster
             (`len(cutoffs) + 1`): where true, cluster i's projection is the
             embedding's, transposed (`h Pᵢ = h P_embᵀ` with the embedding's
             `projections[i]`, or `projections[0]` when `div_val == 1`; the
             embedding's `output_dim` must be `input_dim`). Needs
             `tied_embedding`; ignored where a cluster has no projection.
-        embeddings_initializer: initializer of the untied output tables and
-            of the cluster weights (default `RandomNormal(stddev=0.02)`).
-        projection_initializer: initializer of the untied projections
-            (default `RandomNormal(stddev=0.01)`). Biases start at 0.
+        embeddings_initializer: str or keras.initializers.Initializer or
+            None. The initializer of the untied output tables and of the
+            cluster weights (`None`: `RandomNormal(stddev=0.02)`).
+        projection_initializer: str or keras.initializers.Initializer or
+            None. The initializer of the untied projections (`None`:
+            `RandomNormal(stddev=0.01)`). Biases start at 0.
 
     Weights (float32 under a mixed policy; `i` is the cluster):
         `cluster_weight` `(len(cutoffs), embedding_dim)` and `cluster_bias`
@@ -92,16 +96,18 @@ class AdaptiveLogSoftmax(keras.layers.Layer):
             absent where tied.
 
     Attributes (after `build`):
-        output_embeddings: the output tables in cluster order (the tied
-            embedding's own variables when tied).
-        output_biases: the bias variables.
-        projections: per cluster the layer's own projection variable, or
-            `None` (tied, or no projection); `projection_kernel(i)` gives
+        output_embeddings: list of keras.Variable. The output tables in
+            cluster order (the tied embedding's own variables when tied).
+        output_biases: list of keras.Variable. The bias variables.
+        projections: list of keras.Variable or None. Per cluster the
+            layer's own projection variable, or `None` where the cluster
+            has none (tied, or no projection); `projection_kernel(i)` gives
             the matrix actually applied.
-        cluster_weight, cluster_bias: the head's cluster logits (or `None`).
+        cluster_weight, cluster_bias: keras.Variable or None. The head's
+            cluster logits.
 
     Call args:
-        hidden: `(..., input_dim)`.
+        hidden: tensor of shape `(..., input_dim)`. The hidden states.
 
     Returns:
         float32 log-probabilities `(..., vocabulary_size)`.

@@ -62,14 +62,15 @@ def attention_maps(model, inputs, hash_rounds=False, **call_arguments):
     `model(inputs, training=False, **call_arguments)` makes.
 
     Args:
-        model: any Keras model or layer built from this library's layers
-            (a backbone, a task, a block).
-        inputs: what `model` is called on (for a task, its preprocessor's
-            output: `task.preprocessor(texts)` where it has one).
-        hash_rounds: for LSH attention, each hashing round's weights,
+        model: keras.Model or keras.layers.Layer. Any model or layer built
+            from this library's layers (a backbone, a task, a block).
+        inputs: tensor or dict of tensors. What `model` is called on (for a
+            task, its preprocessor's output: `task.preprocessor(texts)`
+            where it has one).
+        hash_rounds: bool. For LSH attention, each hashing round's weights,
             `(batch, heads, rounds, queries, keys)`, instead of their
             combination.
-        **call_arguments: further arguments of the call.
+        **call_arguments: dict. Further arguments of the call.
 
     Returns:
         `{layer path: float32 array (batch, heads, queries, keys)}` in call

@@ -50,23 +50,28 @@ class AxialPositionEmbedding(keras.layers.Layer):
     * `embeddings_1`: `(1, n₂, d₂)`, the column embeddings (`weights.1`).
 
     Args:
-        axial_pos_shape: `(n₁, n₂)`; `n₁·n₂` is the largest number of
-            positions (transformers' `config.axial_pos_shape`).
-        axial_pos_embds_dim: `(d₁, d₂)`, with `d₁ + d₂` the hidden size
-            (`config.axial_pos_embds_dim`).
-        dropout: the rate at which training drops whole columns of the
-            table, per sequence (`config.hidden_dropout_prob`; 0 disables).
-        initializer: initializer of both weights; transformers draws them
-            from `N(0, axial_norm_std²)`, `axial_norm_std = 1`.
-        seed: seed of the dropout.
+        axial_pos_shape: tuple of two int. `(n₁, n₂)`; `n₁·n₂` is the
+            largest number of positions (transformers'
+            `config.axial_pos_shape`).
+        axial_pos_embds_dim: tuple of two int. `(d₁, d₂)`, with `d₁ + d₂`
+            the hidden size (`config.axial_pos_embds_dim`).
+        dropout: float. The rate at which training drops whole columns of
+            the table, per sequence (`config.hidden_dropout_prob`; 0
+            disables).
+        initializer: str or keras.initializers.Initializer or None. The
+            initializer of both weights (`None`: `RandomNormal(stddev=1.0)`);
+            transformers draws them from `N(0, axial_norm_std²)`,
+            `axial_norm_std = 1`.
+        seed: int or None. The seed of the dropout.
 
     Call args:
-        inputs: token ids `(batch, length)` or hidden states `(batch,
-            length, d₁ + d₂)`; only the shape is used.
-        start_index: the first position (an int or an int32 scalar tensor),
-            for incremental decoding; 0 while training.
-        training: whether dropout is active. While training, as in
-            transformers, `length` must be `n₁·n₂`.
+        inputs: tensor of shape `(batch, length)` or
+            `(batch, length, d₁ + d₂)`. Token ids or hidden states; only the
+            shape is used.
+        start_index: int or int32 scalar tensor. The first position, for
+            incremental decoding; 0 while training.
+        training: bool or None. Whether dropout is active. While training,
+            as in transformers, `length` must be `n₁·n₂`.
 
     Returns:
         `(1, length, d₁ + d₂)`, or `(batch, length, d₁ + d₂)` while

@@ -34,30 +34,41 @@ class CoAttentionBlock(keras.layers.Layer):
     """ViLBERT's co-attentional Transformer layer over a text and a visual stream.
 
     Args:
-        num_heads: heads of each cross-attention.
-        co_attention_dim: width the queries, keys and values of both
-            cross-attentions are projected to (ViLBERT's `bi_hidden_size`);
-            it may differ from both streams' widths.
-        text_intermediate_dim: feed-forward width of the text stream.
-        visual_intermediate_dim: feed-forward width of the visual stream.
-        text_activation: feed-forward activation of the text stream.
-        visual_activation: feed-forward activation of the visual stream.
-        text_dropout: dropout on the text stream's residual branches.
-        visual_dropout: dropout on the visual stream's residual branches.
-        text_attention_dropout: dropout on the attention probabilities over
-            text tokens (the region queries' attention).
-        visual_attention_dropout: dropout on the attention probabilities
-            over regions (the text queries' attention).
-        layer_norm_epsilon: epsilon of the four layer norms.
-        kernel_initializer: initializer of every kernel.
+        num_heads: int. The heads of each cross-attention.
+        co_attention_dim: int. The width the queries, keys and values of
+            both cross-attentions are projected to (ViLBERT's
+            `bi_hidden_size`); it may differ from both streams' widths.
+        text_intermediate_dim: int. The feed-forward width of the text
+            stream.
+        visual_intermediate_dim: int. The feed-forward width of the visual
+            stream.
+        text_activation: str. The feed-forward activation of the text
+            stream (a name from `layers.activations`).
+        visual_activation: str. The feed-forward activation of the visual
+            stream.
+        text_dropout: float. Dropout on the text stream's residual
+            branches.
+        visual_dropout: float. Dropout on the visual stream's residual
+            branches.
+        text_attention_dropout: float. Dropout on the attention
+            probabilities over text tokens (the region queries' attention).
+        visual_attention_dropout: float. Dropout on the attention
+            probabilities over regions (the text queries' attention).
+        layer_norm_epsilon: float. The epsilon of the four layer norms.
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of every kernel.
 
     Call args:
-        text: `(batch, text_length, text_dim)`.
-        visual: `(batch, num_regions, visual_dim)`.
-        text_attention_mask: boolean `(batch, 1, text_length)`, `True` on
-            real tokens; the keys the region queries may attend to.
-        visual_attention_mask: boolean `(batch, 1, num_regions)`, `True` on
-            real regions; the keys the text queries may attend to.
+        text: tensor of shape `(batch, text_length, text_dim)`. The text
+            stream.
+        visual: tensor of shape `(batch, num_regions, visual_dim)`. The
+            visual stream.
+        text_attention_mask: bool tensor of shape `(batch, 1, text_length)`
+            or None. `True` on real tokens; the keys the region queries may
+            attend to.
+        visual_attention_mask: bool tensor of shape
+            `(batch, 1, num_regions)` or None. `True` on real regions; the
+            keys the text queries may attend to.
 
     Returns:
         The pair `(text, visual)` of updated streams, same shapes as the inputs.

@@ -26,13 +26,16 @@ class FeedForward(keras.layers.Layer):
     """Two dense layers with an activation between them.
 
     Args:
-        intermediate_dim: width of the hidden layer.
-        activation: activation name (see `layers.activations`), e.g. `"gelu"`.
-        output_dim: output width; defaults to the input's width.
-        kernel_initializer: initializer of both kernels.
-        chunk_size: if set, the inputs `(batch, length, …, dim)` are
-            processed `chunk_size` positions of axis 1 at a time (the last
-            chunk is padded), one after the other with `keras.ops.map`
+        intermediate_dim: int. The width of the hidden layer.
+        activation: str. The activation's name (see `layers.activations`),
+            e.g. `"gelu"`.
+        output_dim: int or None. The output width; `None`: the input's
+            width.
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of both kernels.
+        chunk_size: int or None. If set, the inputs
+            `(batch, length, …, dim)` are processed `chunk_size` positions
+            of axis 1 at a time (the last chunk is padded), one after the other with `keras.ops.map`
             (`lax.map` on JAX, `tf.map_fn` on TensorFlow, a loop on
             PyTorch), so that only one chunk's intermediate activation need
             be live at a time. The output is the unchunked one (to float

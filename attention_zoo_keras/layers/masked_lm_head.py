@@ -22,15 +22,20 @@ class MaskedLMHead(keras.layers.Layer):
     """Vocabulary logits at chosen positions, sharing the input embeddings.
 
     Args:
-        token_embedding: the backbone's `keras.layers.Embedding`, whose matrix
-            is reused (transposed) as the output projection.
-        activation: activation of the transform, e.g. `"gelu"`.
-        layer_norm_epsilon: epsilon of the transform's layer norm.
-        kernel_initializer: initializer of the transform.
+        token_embedding: keras.layers.Embedding. The backbone's token
+            embedding, whose matrix is reused (transposed) as the output
+            projection.
+        activation: str. The activation of the transform, e.g. `"gelu"`.
+        layer_norm_epsilon: float. The epsilon of the transform's layer
+            norm.
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of the transform.
 
     Call args:
-        sequence_output: `(batch, length, hidden_dim)`.
-        mask_positions: `(batch, num_predictions)` int positions to predict.
+        sequence_output: tensor of shape `(batch, length, hidden_dim)`. The
+            backbone's output.
+        mask_positions: int tensor of shape `(batch, num_predictions)`. The
+            positions to predict.
 
     Returns:
         `(batch, num_predictions, vocabulary_size)` logits.

@@ -36,34 +36,41 @@ class MultiHeadAttention(keras.layers.Layer):
     """Projects inputs to heads, applies an attention mechanism, projects back.
 
     Args:
-        num_heads: number of attention heads.
-        head_dim: size of each head's query, key and value.
-        output_dim: size of the output; defaults to the query input's size.
-        attention: name of the mechanism (see `attention.mechanism_names()`).
-        attention_options: the mechanism's options as a dict (see
+        num_heads: int. The number of attention heads.
+        head_dim: int. The size of each head's query, key and value.
+        output_dim: int or None. The size of the output; `None`: the query
+            input's size.
+        attention: str. The name of the mechanism (see
+            `attention.mechanism_names()`).
+        attention_options: dict or None. The mechanism's options (see
             `attention.registry.mechanism_options(attention)`), e.g.
             `{"block_size": 64}` for local attention or
             `{"max_distance": 127, "per_head": True}` for relative attention;
             options that shape the mechanism's weights go to its weights
             function, the others to every call.
-        dropout: dropout rate on the attention probabilities.
-        use_bias: whether the projections have biases.
-        kernel_initializer: initializer of the projection kernels.
-        shared_query_key: one projection gives both the queries and the
-            keys (`W_K = W_Q`; there is no `key` projection), as the
+        dropout: float. The dropout rate on the attention probabilities.
+        use_bias: bool. Whether the projections have biases.
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of the projection kernels.
+        shared_query_key: bool. One projection gives both the queries and
+            the keys (`W_K = W_Q`; there is no `key` projection), as the
             Reformer's LSH attention needs (Kitaev et al., 2020, §3).
 
     Call args:
-        query: `(batch, query_length, dim)`.
-        value: `(batch, key_length, dim)`; defaults to `query` (self-attention).
-        key_value: instead of `value`, its keys and values already projected
-            to heads by `project_key_value(value)` — cross-attention during
-            decoding projects the encoder's output once, not at every step.
-        attention_mask: boolean `(batch, query_length or 1, key_length)`;
-            `True` where a query may attend to a key.
-        is_causal: also mask out later positions.
-        cache: optional decoding cache for incremental decoding
-            (self-attention only), from `initial_cache`: for softmax a
+        query: tensor of shape `(batch, query_length, dim)`. The queries'
+            inputs.
+        value: tensor of shape `(batch, key_length, dim)` or None. The keys'
+            and values' inputs; `None`: `query` (self-attention).
+        key_value: tuple of two tensors or None. Instead of `value`, its
+            keys and values already projected to heads by
+            `project_key_value(value)` — cross-attention during decoding
+            projects the encoder's output once, not at every step.
+        attention_mask: bool tensor of shape
+            `(batch, query_length or 1, key_length)` or None. `True` where a
+            query may attend to a key.
+        is_causal: bool. Also mask out later positions.
+        cache: tuple of tensors or None. A decoding cache for incremental
+            decoding (self-attention only), from `initial_cache`: for softmax a
             `(key_cache, value_cache)` pair, each `(batch, max_length,
             num_heads, head_dim)`, written at `cache_update_index`, the
             queries attending over the whole cache; for linear the
@@ -72,9 +79,10 @@ class MultiHeadAttention(keras.layers.Layer):
             `(batch, query_length or 1, positions)` over absolute positions
             and says which hold real tokens. With `is_causal`, query `i`
             sees positions `≤ cache_update_index + i`.
-        cache_update_index: position of the first new token.
-        mechanism_arguments: more inputs of the mechanism for this call, a
-            dict (Transformer-XL's projected relative positions).
+        cache_update_index: int or int tensor. The position of the first
+            new token.
+        mechanism_arguments: dict or None. More inputs of the mechanism for
+            this call (Transformer-XL's projected relative positions).
 
     Returns:
         `(batch, query_length, output_dim)`; with a cache, the tuple

@@ -46,12 +46,15 @@ class PatchEmbedding(keras.layers.Layer):
     """Cuts images into patches and projects each patch to `hidden_dim`.
 
     Args:
-        patch_size: patch height and width, an int or a `(height, width)` pair.
-        hidden_dim: width of each patch embedding.
-        kernel_initializer: initializer of the projection kernel.
+        patch_size: int or tuple of two int. The patch height and width
+            (one int: a square).
+        hidden_dim: int. The width of each patch embedding.
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of the projection kernel.
 
     Call args:
-        images: channels-last `(batch, height, width, channels)`.
+        images: tensor of shape `(batch, height, width, channels)`. The
+            images, channels last.
 
     Returns:
         `(batch, num_patches, hidden_dim)`, patches in row-major order

@@ -14,12 +14,16 @@ class PositionEmbedding(keras.layers.Layer):
     """Returns the learned embedding of positions `start, …, start + length − 1`.
 
     Args:
-        sequence_length: the largest number of positions.
-        initializer: initializer of the table.
+        sequence_length: int. The largest number of positions.
+        hidden_dim: int. The width of each position's vector.
+        initializer: str or keras.initializers.Initializer. The initializer
+            of the table.
 
     Call args:
-        inputs: `(batch, length, ...)`; only its length is used.
-        start_index: first position (for incremental decoding).
+        inputs: tensor of shape `(batch, length, ...)`. Only its length is
+            used.
+        start_index: int or int tensor. The first position (for incremental
+            decoding).
 
     Returns:
         `(1, length, dim)`, to be added to token embeddings.

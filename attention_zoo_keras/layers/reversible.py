@@ -130,23 +130,26 @@ class ReversibleSequence(keras.layers.Layer):
     if not yet built.
 
     Args:
-        blocks: a list of `(F, G)` pairs of Keras layers: `F` attention-like
-            (it receives `attention_mask` and `f_kwargs`), `G`
-            feed-forward-like (it receives `g_kwargs`). Both receive
-            `training` if their `call` takes it.
-        recompute: `True` to save memory by recomputation in training calls
-            where the backend allows it; `False` for ordinary residuals
-            (activations stored).
-        seed: integer seed of the branches' randomness (dropout).
+        blocks: list of (keras.layers.Layer, keras.layers.Layer). The
+            `(F, G)` pairs: `F` attention-like (it receives
+            `attention_mask` and `f_kwargs`), `G` feed-forward-like (it
+            receives `g_kwargs`). Both receive `training` if their `call`
+            takes it.
+        recompute: bool. `True` to save memory by recomputation in training
+            calls where the backend allows it; `False` for ordinary
+            residuals (activations stored).
+        seed: int or None. The seed of the branches' randomness (dropout).
 
     Call args:
-        inputs: `(batch, length, d)`, used as both `X1` and `X2` (as the
-            Reformer does), or a pair `(x1, x2)`.
-        attention_mask: optional, passed to every `F` as `attention_mask`.
-        training: passed to every branch that takes it.
-        f_kwargs: optional dict of further keyword arguments of every `F`
+        inputs: tensor of shape `(batch, length, d)`, or a pair of them.
+            One tensor is used as both `X1` and `X2` (as the Reformer
+            does); a pair is `(x1, x2)`.
+        attention_mask: tensor or None. Passed to every `F` as
+            `attention_mask`.
+        training: bool or None. Passed to every branch that takes it.
+        f_kwargs: dict or None. Further keyword arguments of every `F`
             (tensors or Python values).
-        g_kwargs: likewise for every `G`.
+        g_kwargs: dict or None. Likewise for every `G`.
 
     Returns:
         The pair `(Y1, Y2)` after the last layer; the Reformer concatenates

@@ -50,14 +50,18 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
     weights).
 
     Args:
-        max_sequence_length: the number of positions in the table.
-        hidden_dim: the encoding width.
-        layout: `"interleaved"` (the paper) or `"concatenated"` (Marian).
-        max_wavelength: the base of the geometric progression (10000).
+        max_sequence_length: int. The number of positions in the table.
+        hidden_dim: int. The encoding width.
+        layout: str. `"interleaved"` (the paper) or `"concatenated"`
+            (Marian).
+        max_wavelength: float. The base of the geometric progression
+            (10000).
 
     Call args:
-        inputs: `(batch, length, ...)`; only its length is used.
-        start_index: the first position (for incremental decoding).
+        inputs: tensor of shape `(batch, length, ...)`. Only its length is
+            used.
+        start_index: int or int tensor. The first position (for
+            incremental decoding).
 
     Returns:
         `(1, length, hidden_dim)`, to be added to token embeddings.

@@ -21,13 +21,16 @@ class TiedLMHead(keras.layers.Layer):
     owned by another layer.
 
     Args:
-        token_embedding: the `keras.layers.Embedding` whose matrix is `E`.
-        use_bias: whether to add a learned bias `b` (initialised to 0).
+        token_embedding: keras.layers.Embedding. The embedding whose matrix
+            is `E`.
+        use_bias: bool. Whether to add a learned bias `b` (initialised to
+            0).
 
     Call args:
-        hidden: `(..., hidden_dim)`.
-        output_kernel: optionally `output_kernel(dtype)`, computed once
-            (decoding multiplies by it at every step).
+        hidden: tensor of shape `(..., hidden_dim)`. The hidden states.
+        output_kernel: tensor of shape `(hidden_dim, vocabulary)` or None.
+            `output_kernel(dtype)`, computed once (decoding multiplies by it
+            at every step); `None`: computed in this call.
 
     Example:
 

@@ -31,20 +31,27 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
     self-attention mechanism.
 
     Call args:
-        x: `(batch, target_length, hidden_dim)`.
-        encoder_output: `(batch, source_length, encoder_dim)`; or pass
-            `encoder_key_value` instead.
-        attention_mask: boolean `(batch, 1 or target_length, target_length)`
-            for self-attention (the causal mask is added); with a cache,
+        x: tensor of shape `(batch, target_length, hidden_dim)`. The
+            decoder's hidden states.
+        encoder_output: tensor of shape
+            `(batch, source_length, encoder_dim)` or None. The encoder's
+            output; or pass `encoder_key_value` instead.
+        attention_mask: bool tensor of shape
+            `(batch, 1 or target_length, target_length)` or None. The mask
+            of the self-attention (the causal mask is added); with a cache,
             over absolute positions.
-        encoder_attention_mask: boolean `(batch, 1 or target_length,
-            source_length)`, `True` on real source tokens.
-        cache: optional decoding cache of the self-attention (see
-            `MultiHeadAttention`); the block then returns `(y, new_cache)`.
-        cache_update_index: position of `x`'s first token in the cache.
-        encoder_key_value: the cross-attention's keys and values of the
-            encoder's output, from `cross_attention.project_key_value`:
-            decoding computes them once per source, not at every step.
+        encoder_attention_mask: bool tensor of shape
+            `(batch, 1 or target_length, source_length)` or None. `True` on
+            real source tokens.
+        cache: tuple of tensors or None. The decoding cache of the
+            self-attention (see `MultiHeadAttention`); the block then
+            returns `(y, new_cache)`.
+        cache_update_index: int or int tensor. The position of `x`'s first
+            token in the cache.
+        encoder_key_value: tuple of two tensors or None. The
+            cross-attention's keys and values of the encoder's output, from
+            `cross_attention.project_key_value`: decoding computes them once
+            per source, not at every step.
 
     Example:
 

@@ -26,28 +26,35 @@ class TransformerEncoderBlock(keras.layers.Layer):
     """Self-attention and a feed-forward network, each with a residual.
 
     Args:
-        num_heads: attention heads.
-        intermediate_dim: feed-forward width.
-        head_dim: per-head size; defaults to `hidden_dim // num_heads`.
-        activation: feed-forward activation name.
-        dropout: dropout on each residual branch.
-        attention_dropout: dropout on the attention probabilities.
-        layer_norm_epsilon: epsilon of both layer norms.
-        norm_first: `False` for post-norm (BERT), `True` for pre-norm.
-        is_causal: mask out future positions (decoder-only models).
-        attention: attention mechanism name.
-        attention_options: the mechanism's options (see `MultiHeadAttention`).
-        kernel_initializer: initializer of every kernel.
+        num_heads: int. The number of attention heads.
+        intermediate_dim: int. The feed-forward width.
+        head_dim: int or None. The per-head size; `None`:
+            `hidden_dim // num_heads`.
+        activation: str. The feed-forward activation's name.
+        dropout: float. Dropout on each residual branch.
+        attention_dropout: float. Dropout on the attention probabilities.
+        layer_norm_epsilon: float. The epsilon of both layer norms.
+        norm_first: bool. `False` for post-norm (BERT), `True` for
+            pre-norm.
+        is_causal: bool. Mask out future positions (decoder-only models).
+        attention: str. The attention mechanism's name.
+        attention_options: dict or None. The mechanism's options (see
+            `MultiHeadAttention`).
+        kernel_initializer: str or keras.initializers.Initializer. The
+            initializer of every kernel.
 
     Call args:
-        x: `(batch, length, hidden_dim)`.
-        attention_mask: boolean `(batch, 1 or length, length)`; with a
-            cache, `(batch, 1 or length, positions)` over absolute positions.
-        cache: optional decoding cache of this block's self-attention, the
-            mechanism's (a `(key_cache, value_cache)` pair for softmax, the
-            recurrent state `(S, z)` for linear; see `MultiHeadAttention`);
-            the block then returns `(y, new_cache)`.
-        cache_update_index: position of `x`'s first token in the cache.
+        x: tensor of shape `(batch, length, hidden_dim)`. The block's
+            input.
+        attention_mask: bool tensor of shape `(batch, 1 or length, length)`
+            or None. With a cache, `(batch, 1 or length, positions)` over
+            absolute positions.
+        cache: tuple of tensors or None. The decoding cache of this block's
+            self-attention, the mechanism's (a `(key_cache, value_cache)`
+            pair for softmax, the recurrent state `(S, z)` for linear; see
+            `MultiHeadAttention`); the block then returns `(y, new_cache)`.
+        cache_update_index: int or int tensor. The position of `x`'s first
+            token in the cache.
 
     Example:
 

@@ -26,14 +26,17 @@ class SparseCategoricalCrossentropyWithLabelSmoothing(keras.losses.Loss):
     """Sparse categorical cross-entropy with label smoothing.
 
     Args:
-        label_smoothing: ε in [0, 1]; 0 is plain sparse cross-entropy.
-        from_logits: whether `y_pred` holds logits (else probabilities).
-        reduction: as for every `keras.losses.Loss`. The default
+        label_smoothing: float. ε in [0, 1]; 0 is plain sparse
+            cross-entropy.
+        from_logits: bool. Whether `y_pred` holds logits (else
+            probabilities).
+        reduction: str. As for every `keras.losses.Loss`. The default
             `"sum_over_batch_size"` divides by every position, padding
             included; `"mean_with_sample_weight"` divides by the sum of the
             weights, i.e. averages over the real tokens.
-        name: the loss's name.
-        dtype: the dtype of the computation (default `keras.config.floatx()`).
+        name: str. The loss's name.
+        dtype: str or None. The dtype of the computation (`None`:
+            `keras.config.floatx()`).
 
     `y_true` holds integer labels `(batch, ...)` and `y_pred` scores
     `(batch, ..., vocabulary)`. Give padded positions weight 0 through

@@ -20,9 +20,9 @@ class Perplexity(keras.metrics.Metric):
     """`exp` of the mean negative log-likelihood of the labels.
 
     Args:
-        from_logits: `True` if predictions are logits or log-probabilities
-            (normalised with a log-softmax, which leaves log-probabilities
-            unchanged); `False` for probabilities.
+        from_logits: bool. `True` if predictions are logits or
+            log-probabilities (normalised with a log-softmax, which leaves
+            log-probabilities unchanged); `False` for probabilities.
 
     `update_state(labels, predictions, sample_weight=None)` takes labels
     `(batch, length)` and predictions `(batch, length, vocabulary)`; a

@@ -31,7 +31,8 @@ class BatchCheck:
     the error can reach the caller as itself (see `original_batch_errors`).
 
     Args:
-        validate_batch: called with each batch; raises on a bad one.
+        validate_batch: callable. Called with each batch; raises on a bad
+            one.
     """
 
     def __init__(self, validate_batch):
@@ -58,8 +59,8 @@ class CheckedPyDataset(keras.utils.PyDataset):
     dataset's length, workers and epoch hooks (its reshuffling) are kept.
 
     Args:
-        data: the `keras.utils.PyDataset` to wrap.
-        check: a `BatchCheck`.
+        data: keras.utils.PyDataset. The dataset to wrap.
+        check: BatchCheck. The checks each batch passes.
     """
 
     def __init__(self, data, check):

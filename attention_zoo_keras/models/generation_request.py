@@ -29,10 +29,11 @@ def dict_prompt_arrays(inputs, ids_key, mask_key, row_name):
     misread silently.
 
     Args:
-        inputs: a dict of `ids_key` and optionally `mask_key` (all ones
+        inputs: dict. Holds `ids_key` and optionally `mask_key` (all ones
             when missing), each `(batch, length)` or `(length,)`.
-        ids_key, mask_key: the dict's keys (`"token_ids"`, `"padding_mask"`).
-        row_name: what a row is, for messages (`"Prompt"`, `"Source"`).
+        ids_key: str. The ids' key in the dict (`"token_ids"`).
+        mask_key: str. The mask's key in the dict (`"padding_mask"`).
+        row_name: str. What a row is, for messages (`"Prompt"`, `"Source"`).
 
     Raises:
         ValueError: an unknown or missing key, ids and mask of different
@@ -98,18 +99,22 @@ class GenerationRequest:
     `_prepare_generation`, read by the decoding template.
 
     Attributes:
-        token_ids: `(batch, buffer_length)` int32, the prompts right-padded
-            with `pad_id`.
-        prompt_mask: `(batch, buffer_length)` bool, true on prompt tokens.
-        prompt_lengths: `(batch,)` ints.
-        end_positions: `(batch,)` int32: row `b` ends before this position.
-        stop_ids: the ids that end a row.
-        pad_id: the id written after a row's end.
-        is_text, is_single: the inputs were text (a single string).
-        conditioning: numpy arrays per row besides the prompts that the
-            output depends on (an encoder-decoder's sources).
-        rules: hashable settings of the task's score processor (they key
-            the compiled program).
+        token_ids: int32 array of shape `(batch, buffer_length)`. The
+            prompts right-padded with `pad_id`.
+        prompt_mask: bool array of shape `(batch, buffer_length)`. True on
+            prompt tokens.
+        prompt_lengths: int array of shape `(batch,)`. The prompts' lengths.
+        end_positions: int32 array of shape `(batch,)`. Row `b` ends before
+            this position.
+        stop_ids: tuple of int. The ids that end a row.
+        pad_id: int. The id written after a row's end.
+        is_text: bool. Whether the inputs were text.
+        is_single: bool. Whether the inputs were a single string.
+        conditioning: tuple of arrays. Numpy arrays per row besides the
+            prompts that the output depends on (an encoder-decoder's
+            sources).
+        rules: tuple. Hashable settings of the task's score processor (they
+            key the compiled program).
     """
 
     token_ids: np.ndarray

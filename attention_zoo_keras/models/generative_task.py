@@ -27,7 +27,6 @@ model step.
 """
 
 import inspect
-import numbers
 
 import numpy as np
 from keras import ops
@@ -39,15 +38,15 @@ from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import beam_search_body
 from attention_zoo_keras.generation.decoding_rule import decoding_rule
 from attention_zoo_keras.generation.decoding_state import DecodingState
+from attention_zoo_keras.generation.generate_arguments import parse_stop_token_ids
+from attention_zoo_keras.generation.generate_arguments import split_generate_options
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
 from attention_zoo_keras.generation.in_place_decoding import sampling_body
-from attention_zoo_keras.generation.samplers import sampler_option_names
 from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.models.generation_request import GenerationRequest
 from attention_zoo_keras.models.generation_request import check_integer_arguments
 from attention_zoo_keras.models.generation_request import right_padded
 from attention_zoo_keras.models.task import Task
-from attention_zoo_keras.naming import did_you_mean
 
 # Generation buffers are rounded up to this multiple so that requests of
 # similar lengths reuse one compiled program.
@@ -91,38 +90,39 @@ class GenerativeTask(Task):
         the meanings `transformers`' `generate` gives them.
 
         Args:
-            inputs: a string or a list of strings (with a preprocessor), or
-                a dict of right-padded token ids and padding mask `(batch,
-                length)`: `token_ids` and `padding_mask` for a decoder-only
-                model, `encoder_token_ids` and `encoder_padding_mask` for an
-                encoder-decoder.
-            max_length: the total length of each output row: the prompt
-                and its continuation (for an encoder-decoder, the decoder
-                start token and the target, as `transformers` counts). Give
-                this or `max_new_tokens`, not both; with neither, the
-                task's default (the preprocessor's sequence length, at most
-                the model's limit).
-            max_new_tokens: the number of tokens to add to each prompt (to
-                the decoder start token).
-            sampler: how each token is chosen: `None` (greedy, or beam
-                search when `num_beams > 1`), `"greedy"`, `"temperature"`,
-                `"top_k"`, `"top_p"`, `"beam"` or a `generation.Sampler`.
-            num_beams: above 1 (with `sampler` unset or `"beam"`), beam
-                search with this many beams; `sampler="beam"` alone searches
-                with 4. With another sampler it is an error.
-            length_penalty: beam search scores hypotheses by
+            inputs: str, list of str or dict. A string or a list of strings
+                (with a preprocessor), or a dict of right-padded token ids
+                and padding mask `(batch, length)`: `token_ids` and
+                `padding_mask` for a decoder-only model, `encoder_token_ids`
+                and `encoder_padding_mask` for an encoder-decoder.
+            max_length: int or None. The total length of each output row:
+                the prompt and its continuation (for an encoder-decoder, the
+                decoder start token and the target, as `transformers`
+                counts). Give this or `max_new_tokens`, not both; with
+                neither, the task's default (the preprocessor's sequence
+                length, at most the model's limit).
+            max_new_tokens: int or None. The number of tokens to add to each
+                prompt (to the decoder start token).
+            sampler: str, `generation.Sampler` or None. How each token is
+                chosen: `None` (greedy, or beam search when `num_beams > 1`),
+                `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`
+                or a `generation.Sampler`.
+            num_beams: int or None. Above 1 (with `sampler` unset or
+                `"beam"`), beam search with this many beams; `sampler="beam"`
+                alone searches with 4. With another sampler it is an error.
+            length_penalty: float or None. Beam search scores hypotheses by
                 `log p(y) / |y|^length_penalty` (`|y|` the generated
-                tokens); 1.0 by default. Beam search only.
-            early_stopping: beam search's stopping rule, `True`, `False`
-                (the default) or `"never"`, as in `transformers`. Beam
-                search only.
-            stop_token_ids: a row stops after it emits one of these ids;
-                `"auto"` is the tokenizer's end token, `None` never stops
-                early.
-            seed: an int makes the random samplers reproducible (the same
-                draws on every backend); `None` draws fresh randomness.
-                Greedy decoding and beam search draw nothing.
-            **options: the sampler's options (`temperature` and `k` for
+                tokens); `None`: 1.0. Beam search only.
+            early_stopping: bool, `"never"` or None. Beam search's stopping
+                rule, `True`, `False` or `"never"`, as in `transformers`;
+                `None`: `False`. Beam search only.
+            stop_token_ids: `"auto"`, list of int or None. A row stops after
+                it emits one of these ids; `"auto"` is the tokenizer's end
+                token, `None` never stops early.
+            seed: int or None. An int makes the random samplers reproducible
+                (the same draws on every backend); `None` draws fresh
+                randomness. Greedy decoding and beam search draw nothing.
+            **options: dict. The sampler's options (`temperature` and `k` for
                 top_k, `p` for top_p) and the task's own (e.g.
                 `TransformerSeq2SeqLM`'s `decoder_start_token_id`). Any
                 other name is an error that names it.
@@ -147,10 +147,14 @@ class GenerativeTask(Task):
         ...             temperature=0.8, seed=0)                          # doctest: +SKIP
         >>> lm.generate("Once upon", max_new_tokens=20, num_beams=4)      # doctest: +SKIP
         """
-        sampler_options, task_options = self._split_generate_options(options)
+        arguments = [p for p in inspect.signature(GenerativeTask.generate).parameters if p != "self"]
+        sampler_options, task_options = split_generate_options(
+            options, self._task_generate_options(), arguments[1:-1], f"{type(self).__name__}.generate()"
+        )
         rule = decoding_rule(sampler, num_beams, length_penalty, early_stopping, **sampler_options)
         check_integer_arguments(max_length, max_new_tokens, seed)
-        stop_ids = self._stop_token_ids(stop_token_ids)
+        end_token_id = None if self.preprocessor is None else self.preprocessor.tokenizer.end_token_id
+        stop_ids = parse_stop_token_ids(stop_token_ids, end_token_id)
         request = self._prepare_generation(inputs, max_length, max_new_tokens, stop_ids, **task_options)
         if isinstance(rule, BeamOptions):
             token_ids, valid = self._beam_generate(request, rule)
@@ -165,43 +169,6 @@ class GenerativeTask(Task):
         of its `_prepare_generation`."""
         parameters = inspect.signature(self._prepare_generation).parameters.values()
         return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-
-    def _split_generate_options(self, options):
-        """`(sampler options, task options)` of `generate`'s `**options`;
-        raises `TypeError` for any other name, with the closest known ones."""
-        sampler_names, task_names = sampler_option_names(), self._task_generate_options()
-        for name in options:
-            if name not in sampler_names and name not in task_names:
-                arguments = [p for p in inspect.signature(GenerativeTask.generate).parameters if p != "self"]
-                known = [*arguments[1:-1], *sampler_names, *task_names]
-                raise TypeError(
-                    f"{type(self).__name__}.generate() got an unexpected keyword argument '{name}'."
-                    f"{did_you_mean(name, known)} It takes {', '.join(known)}."
-                )
-        return (
-            {k: v for k, v in options.items() if k in sampler_names},
-            {k: v for k, v in options.items() if k in task_names},
-        )
-
-    def _stop_token_ids(self, stop_token_ids):
-        """A tuple of ids from `"auto"` (the tokenizer's end token), `None`
-        (no stop token) or a list."""
-        if isinstance(stop_token_ids, str):
-            if stop_token_ids != "auto":
-                raise ValueError(f"stop_token_ids must be 'auto', None or a list of ids; got '{stop_token_ids}'.")
-            if self.preprocessor is None:
-                return ()
-            return (self.preprocessor.tokenizer.end_token_id,)
-        if stop_token_ids is None:
-            return ()
-        if isinstance(stop_token_ids, numbers.Integral):
-            raise TypeError(
-                f"stop_token_ids must be a list of ids; got the single id {stop_token_ids} (write [{stop_token_ids}])."
-            )
-        ids = np.asarray(list(stop_token_ids))
-        if ids.size and ids.dtype.kind not in "iu":
-            raise TypeError(f"stop_token_ids must be a list of integer ids; got {list(stop_token_ids)!r}.")
-        return tuple(int(i) for i in ids)
 
     # --- hooks a family fills -----------------------------------------------
 

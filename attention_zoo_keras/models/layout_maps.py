@@ -117,9 +117,10 @@ class Distributable:
         are not the backbone's and keep the patterns.
 
         Args:
-            device_mesh: a `keras.distribution.DeviceMesh`.
-            model_axis: the mesh axis the weights are sharded over.
-            data_axis: the mesh axis the batch is split over (the
+            device_mesh: keras.distribution.DeviceMesh. The mesh to lay
+                the weights out over.
+            model_axis: str. The mesh axis the weights are sharded over.
+            data_axis: str. The mesh axis the batch is split over (the
                 `batch_dim_name` of `ModelParallel`); checked to be another
                 axis of the mesh, never used to shard weights.
 

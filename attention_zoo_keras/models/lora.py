@@ -59,13 +59,14 @@ class LoRA:
         every other weight of the backbone (a task's head stays trainable).
 
         Args:
-            rank: `r`, the rank of the update, a positive integer.
-            target_names: names of the layers to adapt, in every block
-                (`"query"`, `"key"`, `"value"`, `"output"`,
-                `"intermediate"`, `"token_embedding"`, ...). `"output"`
-                names both the attention output projection and the
-                feed-forward output layer.
-            lora_alpha: `α`, the update's scale numerator; `rank` if `None`.
+            rank: int. `r`, the rank of the update, positive.
+            target_names: str or sequence of str. Names of the layers to
+                adapt, in every block (`"query"`, `"key"`, `"value"`,
+                `"output"`, `"intermediate"`, `"token_embedding"`, ...).
+                `"output"` names both the attention output projection and
+                the feed-forward output layer.
+            lora_alpha: float or None. `α`, the update's scale numerator;
+                `None`: `rank`.
 
         Example:
 

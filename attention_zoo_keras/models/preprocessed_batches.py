@@ -24,14 +24,18 @@ class PreprocessedBatches(keras.utils.PyDataset):
     """A `keras.utils.PyDataset` that preprocesses raw examples per batch.
 
     Args:
-        preprocessor: called as `preprocessor(x, y, sample_weight)` on each batch.
-        x: raw inputs (e.g. a list of strings, or a tuple of two for pairs).
-        y: labels, or `None`.
-        sample_weight: per-example weights, or `None`.
-        batch_size: examples per batch.
-        shuffle: reshuffle the order at the start and after every epoch.
-        seed: seed of the shuffle; by default drawn from numpy's global
-            generator, so `keras.utils.set_random_seed` makes it reproducible.
+        preprocessor: Preprocessor. Called as
+            `preprocessor(x, y, sample_weight)` on each batch.
+        x: list, tuple, dict or numpy.ndarray. Raw inputs (e.g. a list of
+            strings, or a tuple of two for pairs).
+        y: array-like or None. Labels, one per example.
+        sample_weight: array-like or None. Per-example weights.
+        batch_size: int. Examples per batch.
+        shuffle: bool. Reshuffle the order at the start and after every
+            epoch.
+        seed: int or None. Seed of the shuffle; `None`: drawn from numpy's
+            global generator, so `keras.utils.set_random_seed` makes it
+            reproducible.
 
     The model checks each batch (the preprocessor may produce ids or lengths
     the model cannot take) by wrapping this dataset (`checked_batches`).

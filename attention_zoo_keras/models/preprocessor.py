@@ -131,10 +131,12 @@ class Preprocessor:
         """The preprocessor of a preset (its tokenizer and settings).
 
         Args:
-            preset: a named preset, `"hf://org/repo[@rev]"`, a directory, or
-                the `PresetLoader` a model's `from_preset` already opened.
-            force_download: download hub files again even if they are cached.
-            **kwargs: overrides, e.g. `sequence_length=128`; each must be an
+            preset: str, pathlib.Path or PresetLoader. A named preset,
+                `"hf://org/repo[@rev]"`, a directory, or the `PresetLoader`
+                a model's `from_preset` already opened.
+            force_download: bool. Download hub files again even if they are
+                cached.
+            **kwargs: Overrides, e.g. `sequence_length=128`; each must be an
                 argument of this class.
 
         Settings saved by a sibling preprocessor class of the same family

@@ -92,12 +92,16 @@ class Quantizes:
         task (not its backbone alone) when it has a head to quantize too.
 
         Args:
-            mode: `"int8"`, `"int4"` or `"float8"` (dense layers only); see
-                `keras.Model.quantize` for `"gptq"` / `"awq"`, which take a
-                `config` with calibration data.
-            config: a `keras.quantizers.QuantizationConfig`, optional.
-            filters: which layers to quantize: a regular expression (or
-                list) matched against layer paths, or a callable.
+            mode: str or None. `"int8"`, `"int4"` or `"float8"` (dense
+                layers only); see `keras.Model.quantize` for `"gptq"` /
+                `"awq"`, which take a `config` with calibration data.
+                `None`: the mode of `config`.
+            config: keras.quantizers.QuantizationConfig or None. The
+                quantization settings; `None`: the defaults of `mode`.
+            filters: str, list of str, callable or None. Which layers to
+                quantize: a regular expression (or list) matched against
+                layer paths, or a callable; `None`: every layer that can
+                be.
 
         Example:
 

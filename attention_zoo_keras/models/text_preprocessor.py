@@ -83,11 +83,12 @@ def padded_width(longest, sequence_length, padding="buckets", bucket_lengths=Non
     to (see the module notes).
 
     Args:
-        longest: tokens in the batch's longest row (after truncation).
-        sequence_length: the most a row may hold; no batch is wider.
-        padding: `"buckets"` or `"max_length"` (always `sequence_length`).
-        bucket_lengths: the bucket lengths; `None` takes the powers of two
-            from 16.
+        longest: int. Tokens in the batch's longest row (after truncation).
+        sequence_length: int. The most a row may hold; no batch is wider.
+        padding: str. `"buckets"` or `"max_length"` (always
+            `sequence_length`).
+        bucket_lengths: list of int or None. The bucket lengths; `None`:
+            the powers of two from 16.
 
     >>> padded_width(5, 512), padded_width(17, 512), padded_width(300, 512), padded_width(40, 36)
     (16, 32, 512, 36)
@@ -110,15 +111,16 @@ class TextPreprocessor(Preprocessor):
     and whose batches are padded as `padding` says (see the module notes).
 
     Args:
-        tokenizer: the family's tokenizer.
-        padding: `"buckets"`: pad each batch to the smallest bucket length
-            that holds its longest row (at most `sequence_length`);
-            `"max_length"`: pad every batch to `sequence_length`. `None`
-            takes the class's `default_padding` (`"buckets"`; the Reformer's
-            preprocessors, whose chunked attention is shaped by the length,
-            `"max_length"`).
-        bucket_lengths: with `"buckets"`, the lengths a batch may be padded
-            to; `None` takes the powers of two from 16 (16, 32, 64, ...).
+        tokenizer: Tokenizer. The family's tokenizer.
+        padding: str or None. `"buckets"`: pad each batch to the smallest
+            bucket length that holds its longest row (at most
+            `sequence_length`); `"max_length"`: pad every batch to
+            `sequence_length`. `None`: the class's `default_padding`
+            (`"buckets"`; the Reformer's preprocessors, whose chunked
+            attention is shaped by the length, `"max_length"`).
+        bucket_lengths: list or tuple of int, or None. With `"buckets"`, the
+            lengths a batch may be padded to; `None`: the powers of two from
+            16 (16, 32, 64, ...).
     """
 
     default_padding = "buckets"
@@ -176,15 +178,17 @@ class PackedTextPreprocessor(TextPreprocessor):
     `tokenizer_cls` and `family`.
 
     Args:
-        tokenizer: the family's tokenizer (it has an `end_token_id`, and a
-            `pad_token_id` if it has a padding token).
-        sequence_length: the most tokens a model input holds (longer texts
-            are truncated).
-        add_start_token: prepend the end token as a start token.
-        add_end_token: append the end token, so the model learns where a
-            text ends.
-        padding, bucket_lengths: how wide a batch is padded (see
+        tokenizer: Tokenizer. The family's tokenizer (it has an
+            `end_token_id`, and a `pad_token_id` if it has a padding token).
+        sequence_length: int. The most tokens a model input holds (longer
+            texts are truncated).
+        add_start_token: bool. Prepend the end token as a start token.
+        add_end_token: bool. Append the end token, so the model learns where
+            a text ends.
+        padding: str or None. How wide a batch is padded (see
             `TextPreprocessor`).
+        bucket_lengths: list or tuple of int, or None. The lengths a batch
+            may be padded to (see `TextPreprocessor`).
 
     Padding uses the tokenizer's `pad_token_id`, or its end token if it has
     none (GPT-2).

@@ -20,9 +20,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The learning rate of §5.3 of the Transformer paper.
 
     Args:
-        hidden_dim: the model width `d_model`.
-        warmup_steps: steps of linear warmup; the paper's 4000.
-        scale: a factor on the whole rate (1.0 in the paper).
+        hidden_dim: int. The model width `d_model`.
+        warmup_steps: int. The steps of linear warmup; the paper's 4000.
+        scale: float. A factor on the whole rate (1.0 in the paper).
 
     Keras counts optimizer steps from 0, so the rate of step `s` is the
     formula's at `s + 1`: the first update has a non-zero rate, and the peak
@@ -62,11 +62,11 @@ def transformer_schedule(hidden_dim, warmup_steps=4000, scale=1.0, **adam_overri
     """Adam with the Transformer's schedule and its β1 = 0.9, β2 = 0.98, ε = 1e-9.
 
     Args:
-        hidden_dim: the model width `d_model`.
-        warmup_steps: steps of linear warmup.
-        scale: a factor on the learning rate.
-        **adam_overrides: other `keras.optimizers.Adam` arguments, e.g.
-            `clipnorm=1.0` or `beta_2=0.997`; not `learning_rate`.
+        hidden_dim: int. The model width `d_model`.
+        warmup_steps: int. The steps of linear warmup.
+        scale: float. A factor on the learning rate.
+        **adam_overrides: dict. Other `keras.optimizers.Adam` arguments,
+            e.g. `clipnorm=1.0` or `beta_2=0.997`; not `learning_rate`.
 
     Returns:
         A `FusedAdam` (Keras' Adam, fused on torch) whose learning rate is a

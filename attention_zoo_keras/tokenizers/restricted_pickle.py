@@ -120,8 +120,8 @@ class DisallowedPickleError(PresetFileError):
     code, so it is refused.
 
     Attributes:
-        global_name: the refused `"module.name"`.
-        path: the file.
+        global_name: str or None. The refused `"module.name"`.
+        path: str or Path or None. The file.
     """
 
     def __init__(self, message, global_name=None, path=None):
@@ -229,7 +229,7 @@ def load_plain_pickle(path):
     tensors. See the module docstring for what "plain" admits and why.
 
     Args:
-        path: the file.
+        path: str or Path. The file.
 
     Returns:
         The unpickled object.

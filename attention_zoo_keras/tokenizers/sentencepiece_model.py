@@ -84,15 +84,16 @@ class SentencePieceModel:
     """What a SentencePiece model file holds that segmentation needs.
 
     Attributes:
-        pieces: the vocabulary, in id order.
-        model_type: 1 UNIGRAM, 2 BPE, 3 WORD, 4 CHAR.
-        split_by_whitespace: pieces never span a space (`▁` only starts one).
-        byte_fallback: unknown characters become byte pieces.
-        normalizer_name: the normalization rule, e.g. `"nmt_nfkc"`.
-        precompiled_charsmap: the compiled normalization rule.
-        add_dummy_prefix: a space is put before the text.
-        remove_extra_whitespaces: leading, trailing and repeated spaces are
-            removed.
+        pieces: tuple of SentencePiece. The vocabulary, in id order.
+        model_type: int. 1 UNIGRAM, 2 BPE, 3 WORD, 4 CHAR.
+        split_by_whitespace: bool. Pieces never span a space (`▁` only
+            starts one).
+        byte_fallback: bool. Unknown characters become byte pieces.
+        normalizer_name: str. The normalization rule, e.g. `"nmt_nfkc"`.
+        precompiled_charsmap: bytes. The compiled normalization rule.
+        add_dummy_prefix: bool. A space is put before the text.
+        remove_extra_whitespaces: bool. Leading, trailing and repeated
+            spaces are removed.
     """
 
     pieces: tuple
@@ -287,7 +288,7 @@ def unigram_tokenizer(model):
     where SentencePiece writes ` ⁇ `).
 
     Args:
-        model: a `SentencePieceModel`.
+        model: SentencePieceModel. The parsed model file.
 
     Raises:
         ValueError: for a model this cannot reproduce: not unigram, byte
@@ -359,7 +360,7 @@ def bpe_tokenizer(model):
     pieces can differ from SentencePiece's.
 
     Args:
-        model: a `SentencePieceModel`.
+        model: SentencePieceModel. The parsed model file.
 
     Raises:
         ValueError: for a model this cannot reproduce: not BPE, byte

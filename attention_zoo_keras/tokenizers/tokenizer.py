@@ -35,8 +35,10 @@ def checked_texts(texts, what="text"):
     which the `tokenizers` library rejects with a bare `TypeError`).
 
     Args:
-        texts: an iterable of strings (or UTF-8 bytes); not a string itself.
-        what: what one item is called in errors (`"text"`, `"source text"`).
+        texts: iterable of str or bytes. The texts (bytes in UTF-8); not a
+            string itself.
+        what: str. What one item is called in errors (`"text"`,
+            `"source text"`).
 
     Returns:
         A new list of `str`.
@@ -100,7 +102,7 @@ class Tokenizer:
     """Text to ids and back.
 
     Args:
-        tokenizer: a `tokenizers.Tokenizer`.
+        tokenizer: tokenizers.Tokenizer. The wrapped tokenizer.
 
     Example:
 

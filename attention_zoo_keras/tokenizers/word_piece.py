@@ -28,11 +28,14 @@ def word_piece_tokenizer(vocabulary, lowercase=True, strip_accents=None, unk_tok
     """A `tokenizers.Tokenizer` doing BERT's WordPiece.
 
     Args:
-        vocabulary: `vocab.txt` path, list of tokens, or `{token: id}`.
-        lowercase: lower-case the text (uncased models).
-        strip_accents: strip accents; `None` follows `lowercase`, as BERT does.
-        unk_token: the token for unknown words.
-        special_tokens: tokens never split (e.g. `"[MASK]"`).
+        vocabulary: str or Path, list of str, or dict. A `vocab.txt` path,
+            a list of tokens, or `{token: id}`.
+        lowercase: bool. Lower-case the text (uncased models).
+        strip_accents: bool or None. Strip accents; `None` follows
+            `lowercase`, as BERT does.
+        unk_token: str. The token for unknown words.
+        special_tokens: sequence of str. Tokens never split (e.g.
+            `"[MASK]"`).
     """
     vocab = read_vocabulary(vocabulary)
     if unk_token not in vocab:

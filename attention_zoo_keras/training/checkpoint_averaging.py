@@ -27,10 +27,11 @@ def average_checkpoints(model, checkpoints):
     """Sets every variable of `model` to its mean over `checkpoints`.
 
     Args:
-        model: a built model, e.g. a `Backbone` or a `Task`.
-        checkpoints: a list of presets, usually directories written by
-            `model.save_to_preset` (such as `KeepLastCheckpoints.paths`);
-            any preset handle works. Weights are matched by variable path.
+        model: keras.Model. A built model, e.g. a `Backbone` or a `Task`.
+        checkpoints: list of str or Path. The presets, usually directories
+            written by `model.save_to_preset` (such as
+            `KeepLastCheckpoints.paths`); any preset handle works. Weights
+            are matched by variable path.
 
     The mean is taken in float64 and cast to each variable's dtype. The
     model is changed only if every checkpoint holds every variable, with
@@ -82,11 +83,13 @@ class KeepLastCheckpoints(keras.callbacks.Callback):
     """Saves the model as a preset during training, keeping the last `keep`.
 
     Args:
-        directory: where the presets go: `epoch_001`, `epoch_002`, ... (or
-            `step_000500`, ... when saving every `save_freq` steps).
-        keep: how many of the newest presets to keep; older ones are deleted.
-        save_freq: `"epoch"` to save at the end of every epoch, or an int to
-            save every that many training steps.
+        directory: str or Path. Where the presets go: `epoch_001`,
+            `epoch_002`, ... (or `step_000500`, ... when saving every
+            `save_freq` steps).
+        keep: int. How many of the newest presets to keep; older ones are
+            deleted.
+        save_freq: str or int. `"epoch"` to save at the end of every epoch,
+            or an int to save every that many training steps.
 
     `paths` lists the presets kept, oldest first, so
     `average_checkpoints(model, callback.paths)` averages the last `keep`.

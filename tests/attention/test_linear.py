@@ -14,6 +14,7 @@ import pytest
 from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention import get_mechanism
 from attention_zoo_keras.attention import linear
+from attention_zoo_keras.attention import linear_decoding
 from tests.support.attention_gradients import gradients
 
 EPS = 1e-6
@@ -116,9 +117,9 @@ def test_recurrent_step_equals_causal_form_at_every_position():
     padding = np.array([[1] * 9, [1] * 6 + [0] * 3], bool)
     mask = padding[:, None, None, :]
     causal = numpy(linear.linear_attention(q, k, v, attention_mask=mask, is_causal=True, chunk_size=4))
-    state = linear.linear_attention_initial_state(2, 3, 4, 5)
+    state = linear_decoding.linear_attention_initial_state(2, 3, 4, 5)
     for t in range(9):
-        out, state = linear.linear_attention_step(
+        out, state = linear_decoding.linear_attention_step(
             q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], state, key_mask=padding[:, t]
         )
         assert tuple(out.shape) == (2, 1, 3, 5)
@@ -132,9 +133,9 @@ def test_prefill_state_then_steps_equals_causal_form():
     prefix, state = linear.causal_linear_attention(q[:, :5], k[:, :5], v[:, :5], chunk_size=2, return_state=True)
     np.testing.assert_allclose(numpy(prefix), full[:, :5], atol=1e-5)
     # The state equals the one the steps build.
-    stepped = linear.linear_attention_initial_state(2, 3, 4, 4)
+    stepped = linear_decoding.linear_attention_initial_state(2, 3, 4, 4)
     for t in range(5):
-        _, stepped = linear.linear_attention_step(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], stepped)
+        _, stepped = linear_decoding.linear_attention_step(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], stepped)
     for a, b in zip(state, stepped):
         np.testing.assert_allclose(numpy(a), numpy(b), rtol=1e-5, atol=1e-5)
     # Continue with a chunked pass from the state, then with steps.
@@ -142,14 +143,14 @@ def test_prefill_state_then_steps_equals_causal_form():
         q[:, 5:7], k[:, 5:7], v[:, 5:7], initial_state=state, return_state=True
     )
     np.testing.assert_allclose(numpy(middle), full[:, 5:7], atol=1e-5)
-    last, _ = linear.linear_attention_step(q[:, 7:], k[:, 7:], v[:, 7:], state)
+    last, _ = linear_decoding.linear_attention_step(q[:, 7:], k[:, 7:], v[:, 7:], state)
     np.testing.assert_allclose(numpy(last), full[:, 7:], atol=1e-5)
 
 
 def test_step_takes_one_position():
     q, k, v = random_qkv(length=2)
     with pytest.raises(ValueError, match="one position"):
-        linear.linear_attention_step(q, k, v, linear.linear_attention_initial_state(2, 3, 4, 4))
+        linear_decoding.linear_attention_step(q, k, v, linear_decoding.linear_attention_initial_state(2, 3, 4, 4))
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -215,8 +216,8 @@ def test_bfloat16_inputs_accumulate_in_float32():
     out = linear.linear_attention(*bf16, is_causal=True, chunk_size=16)
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     np.testing.assert_allclose(numpy(keras.ops.cast(out, "float32")), expected, atol=2e-2, rtol=1e-2)
-    state = linear.linear_attention_initial_state(2, 3, 8, 8)
-    _, state = linear.linear_attention_step(bf16[0][:, :1], bf16[1][:, :1], bf16[2][:, :1], state)
+    state = linear_decoding.linear_attention_initial_state(2, 3, 8, 8)
+    _, state = linear_decoding.linear_attention_step(bf16[0][:, :1], bf16[1][:, :1], bf16[2][:, :1], state)
     assert keras.backend.standardize_dtype(state[0].dtype) == "float32"
 
 
@@ -226,8 +227,8 @@ def test_compiled():
 
     def attend(query, key, value, mask):
         causal = linear.linear_attention(query, key, value, attention_mask=mask, is_causal=True, chunk_size=4)
-        state = linear.linear_attention_initial_state(2, 3, 4, 4)
-        step, _ = linear.linear_attention_step(query[:, :1], key[:, :1], value[:, :1], state)
+        state = linear_decoding.linear_attention_initial_state(2, 3, 4, 4)
+        step, _ = linear_decoding.linear_attention_step(query[:, :1], key[:, :1], value[:, :1], state)
         return causal, step
 
     causal, step = backend_support.compile_inference(attend, [])(q, k, v, padding)

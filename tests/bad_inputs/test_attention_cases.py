@@ -27,8 +27,9 @@ X = _tensor()
 def _reformer(attention_layers=("local", "lsh")):
     return ReformerBackbone(
         vocabulary_size=32, hidden_dim=8, num_heads=HEADS, head_dim=HEAD_DIM, intermediate_dim=16,
-        attention_layers=list(attention_layers), num_buckets=4, lsh_chunk_length=4, local_chunk_length=4,
-        axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4), dropout=0.0, local_attention_dropout=0.0,
+        attention=list(attention_layers),
+        attention_options={"lsh": {"num_buckets": 4, "chunk_length": 4}, "local": {"block_size": 4}},
+        axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4), dropout=0.0, attention_dropout={"local": 0.0},
     )
 
 

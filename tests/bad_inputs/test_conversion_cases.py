@@ -10,8 +10,10 @@ from unittest import mock
 import pytest
 import torch
 
-from attention_zoo_keras.conversion import cli
+from attention_zoo_keras.conversion import command_arguments
+from attention_zoo_keras.conversion import verified_conversion
 from attention_zoo_keras.conversion import vilbert
+from attention_zoo_keras.conversion import vilbert_conversion
 from attention_zoo_keras.conversion.state_dict import load_torch_file
 from attention_zoo_keras.hub.atomic import DirectoryNotReplaceableError
 from attention_zoo_keras.hub.source import PresetFileError
@@ -76,29 +78,29 @@ CASES = [
      lambda tmp: _without("torch", lambda: load_torch_file(tmp / "model.bin")),
      ImportError, r"needs torch, which is not installed: pip install 'attention_zoo_keras\[torch\]'"),
     ("convert_out_is_a_folder_of_the_user",
-     lambda tmp: cli.convert_one(str(tmp / "no_checkpoint"), BertBackbone, _folder_with_notes(tmp)),
+     lambda tmp: verified_conversion.convert_one(str(tmp / "no_checkpoint"), BertBackbone, _folder_with_notes(tmp)),
      DirectoryNotReplaceableError, r"mine'.*not empty \(notes\.txt\) and is not a preset"),
     ("vilbert_dest_is_a_folder_of_the_user",
      lambda tmp: _vilbert_into(_folder_with_notes(tmp)),
      DirectoryNotReplaceableError, r"mine'.*not empty \(notes\.txt\) and is not a preset"),
     ("convert_a_vilbert_preset",
-     lambda tmp: cli._resolve("vilbert_multitask", None),
-     cli.UsageError, r"'vilbert_multitask' is not converted here: .*azk-convert vilbert CHECKPOINT CONFIG DEST"),
+     lambda tmp: command_arguments.resolve_conversion("vilbert_multitask", None),
+     command_arguments.UsageError, r"'vilbert_multitask' is not converted here: .*azk-convert vilbert CHECKPOINT CONFIG DEST"),
     ("vilbert_two_heads_of_one_class",
-     lambda tmp: vilbert.choose_tasks(["vqa", "gqa"], {}),
-     vilbert.ConversionError, r"--task vqa and gqa are heads of one class \(ViLBERTVisualQuestionAnswerer\)"),
+     lambda tmp: vilbert_conversion.choose_tasks(["vqa", "gqa"], {}),
+     vilbert_conversion.ConversionError, r"--task vqa and gqa are heads of one class \(ViLBERTVisualQuestionAnswerer\)"),
     ("vilbert_checkpoint_without_heads",
-     lambda tmp: vilbert.choose_tasks(None, {"bert.embeddings.word_embeddings.weight": None}),
-     vilbert.ConversionError, r"holds none of the heads this port converts \(cls, vil_prediction, "),
+     lambda tmp: vilbert_conversion.choose_tasks(None, {"bert.embeddings.word_embeddings.weight": None}),
+     vilbert_conversion.ConversionError, r"holds none of the heads this port converts \(cls, vil_prediction, "),
     ("vilbert_config_not_json",
      lambda tmp: vilbert.read_authors_config(_file(tmp, "config.json", "{vocab_size: 3")),
-     vilbert.ConversionError, r"config '.*config\.json' is not valid JSON"),
+     vilbert_conversion.ConversionError, r"config '.*config\.json' is not valid JSON"),
     ("vilbert_config_not_an_object",
      lambda tmp: vilbert.read_authors_config(_file(tmp, "config.json", json.dumps([1, 2]))),
-     vilbert.ConversionError, r"config '.*config\.json' holds a JSON list, not the authors' BertConfig"),
+     vilbert_conversion.ConversionError, r"config '.*config\.json' holds a JSON list, not the authors' BertConfig"),
     ("vilbert_checkpoint_without_word_embeddings",
-     lambda tmp: vilbert.build(["vqa"], TrackedArrays({}), {}),
-     vilbert.ConversionError, r"no 'bert\.embeddings\.word_embeddings\.weight'; it is not a ViLBERT checkpoint"),
+     lambda tmp: vilbert_conversion.build(["vqa"], TrackedArrays({}), {}),
+     vilbert_conversion.ConversionError, r"no 'bert\.embeddings\.word_embeddings\.weight'; it is not a ViLBERT checkpoint"),
 ]
 
 

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ("__init__", "__main__", "cli", "state_dict", "verifiers", "vilbert")
+MODULES = (
+    "__init__", "__main__", "cli", "command_arguments", "verified_conversion", "state_dict", "verifiers",
+    "reference_comparison", "linear_attention_reference", "vilbert", "vilbert_conversion", "vilbert_verification",
+)
 
 
 @pytest.mark.slow

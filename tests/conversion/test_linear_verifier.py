@@ -2,7 +2,7 @@
 GPT-2 weights with `config_overrides={"attention": "linear", ...}`): the
 reference is transformers' GPT-2 with its attention function replaced by
 causal linear attention written in torch from the paper
-(`verifiers.causal_linear_attention_reference`)."""
+(`linear_attention_reference.causal_linear_attention_reference`)."""
 
 import json
 import types
@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import attention_zoo_keras as azk
+from attention_zoo_keras.conversion import linear_attention_reference
 from attention_zoo_keras.conversion import verifiers
 from attention_zoo_keras.hub import catalog
 from tests.support.conversion_cli import perturb_a_kernel
@@ -72,14 +73,14 @@ def test_the_torch_reference_is_the_papers_formula(padded):
     expected = numpy_causal_linear_attention(query, key, value, key_mask=key_mask if padded else None)
 
     mask = torch.tensor(key_mask)[:, None, None, :] if padded else None  # (batch, 1, 1, keys), True: real
-    actual = verifiers.causal_linear_attention_reference(
+    actual = linear_attention_reference.causal_linear_attention_reference(
         *(torch.tensor(t, dtype=torch.float32) for t in (query, key, value)), attention_mask=mask
     )
 
     assert actual.dtype == torch.float32 and tuple(actual.shape) == (2, 3, 7, 4)
     np.testing.assert_allclose(actual.numpy(), expected, rtol=1e-5, atol=1e-6)
     # No 1/sqrt(d) scaling: scaling the queries changes the output.
-    scaled = verifiers.causal_linear_attention_reference(
+    scaled = linear_attention_reference.causal_linear_attention_reference(
         *(torch.tensor(t, dtype=torch.float32) for t in (query / 2.0, key, value)), attention_mask=mask
     )
     assert np.max(np.abs(scaled.numpy() - expected)) > 1e-2
@@ -88,13 +89,13 @@ def test_the_torch_reference_is_the_papers_formula(padded):
 def test_the_reference_is_registered_as_a_transformers_attention_function():
     import transformers
 
-    name = verifiers._register_linear_reference(transformers)
-    assert transformers.AttentionInterface()[name] is verifiers._linear_attention_forward
+    name = linear_attention_reference.register_linear_reference(transformers)
+    assert transformers.AttentionInterface()[name] is linear_attention_reference._linear_attention_forward
     query = torch.randn(1, 2, 5, 3)
-    output, weights = verifiers._linear_attention_forward(None, query, query, query, None, scaling=0.5)
+    output, weights = linear_attention_reference._linear_attention_forward(None, query, query, query, None, scaling=0.5)
     assert weights is None and tuple(output.shape) == (1, 5, 2, 3)  # (batch, length, heads, dim)
     with pytest.raises(ValueError, match="dropout"):
-        verifiers._linear_attention_forward(None, query, query, query, None, dropout=0.1)
+        linear_attention_reference._linear_attention_forward(None, query, query, query, None, dropout=0.1)
 
 
 # -------------------------------------------------------- which presets

@@ -91,3 +91,10 @@ def test_get_sampler_by_name_and_errors():
         TopPSampler(p=1.5)
     with pytest.raises(ValueError, match="k must be a positive integer"):
         TopKSampler(k=0)
+
+
+def test_an_unknown_sampler_lists_beam_too_and_a_non_name_is_refused():
+    with pytest.raises(ValueError, match=r"Known samplers: greedy, temperature, top_k, top_p \(and beam"):
+        get_sampler("nucleus")
+    with pytest.raises(ValueError, match=r"sampler must be a name \(beam, greedy, .*\) or a Sampler; got 3"):
+        get_sampler(3)

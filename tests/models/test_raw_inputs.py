@@ -144,8 +144,9 @@ def test_a_bucketed_reformer_on_tensorflow_predicts_but_is_told_to_pad_to_max_le
     from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
 
     backbone = azk.models.ReformerBackbone(
-        vocabulary_size=258, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16, attention_layers=["local"],
-        is_causal=False, local_chunk_length=8, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4),
+        vocabulary_size=258, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16, attention=["local"],
+        is_causal=False, attention_options={"local": {"block_size": 8}}, axial_pos_shape=(4, 8),
+        axial_pos_embds_dim=(4, 4),
     )
     preprocessor = azk.models.ReformerPreprocessor(ReformerByteTokenizer(), sequence_length=32, padding="buckets")
     classifier = azk.models.ReformerTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
@@ -178,16 +179,17 @@ def test_bucketed_padding_gives_the_outputs_of_max_length_padding(task):
     keras.utils.set_random_seed(0)
     backbone = tiny_bert()
     texts = [text(2), text(5, offset=1), text(20, offset=3), text(1)]
-    outputs = {}
+    outputs, weights = {}, None
     for padding in ("buckets", "max_length"):
         preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40, padding=padding)
         if task == "classifier":
             model = azk.models.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor, dropout=0.0)
         else:
             model = azk.models.BertTextEmbedder(backbone, preprocessor=preprocessor)
-        if outputs:
+        if weights is None:
+            weights = model.get_weights()
+        else:  # the second model gets the first's weights
             model.set_weights(weights)
-        weights = model.get_weights()
         outputs[padding] = model.predict(texts, batch_size=2, verbose=0)
     np.testing.assert_allclose(outputs["buckets"], outputs["max_length"], atol=1e-5)
 

@@ -225,9 +225,11 @@ def _generative_families():
         "reformer": lambda: (
             azk.models.ReformerCausalLM(azk.models.ReformerBackbone(
                 vocabulary_size=40, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
-                attention_layers=["local", "lsh"], num_hashes=1, num_buckets=2, lsh_chunk_length=4,
-                local_chunk_length=4, axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4), dropout=0.0,
-                local_attention_dropout=0.0, lsh_attention_dropout=0.0, seed=1), preprocessor=None),
+                attention=["local", "lsh"],
+                attention_options={"lsh": {"num_hashes": 1, "num_buckets": 2, "chunk_length": 4},
+                                   "local": {"block_size": 4}},
+                axial_pos_shape=(4, 8), axial_pos_embds_dim=(4, 4), dropout=0.0, attention_dropout=0.0, seed=1),
+                preprocessor=None),
             {"token_ids": _prompts()}, causal),
         "seq2seq": lambda: (
             azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(

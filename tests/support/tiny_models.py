@@ -43,9 +43,10 @@ def text_features(batch, length):
 def tiny_reformer(hash_seed):
     return azk.models.ReformerBackbone(
         vocabulary_size=30, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
-        attention_layers=["local", "lsh"], num_hashes=1, num_buckets=[2, 2], lsh_chunk_length=4,
-        local_chunk_length=4, axial_pos_shape=(2, 4), axial_pos_embds_dim=(4, 4), hash_seed=hash_seed,
-        dropout=0.0, local_attention_dropout=0.0, lsh_attention_dropout=0.0,
+        attention=["local", "lsh"],
+        attention_options={"lsh": {"num_hashes": 1, "num_buckets": [2, 2], "chunk_length": 4, "seed": hash_seed},
+                           "local": {"block_size": 4}},
+        axial_pos_shape=(2, 4), axial_pos_embds_dim=(4, 4), dropout=0.0, attention_dropout=0.0,
     )
 
 

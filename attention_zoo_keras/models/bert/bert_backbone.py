@@ -9,6 +9,7 @@ Transformers for Language Understanding").
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
@@ -24,23 +25,27 @@ class BertBackbone(Backbone):
     """The BERT encoder: embeddings, post-norm Transformer blocks, pooler.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: number of encoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: width of the hidden states.
-        intermediate_dim: feed-forward width.
-        dropout: dropout on embeddings and residual branches.
-        attention_dropout: dropout on attention probabilities.
-        max_sequence_length: number of learned positions.
-        num_segments: number of segment (token type) ids.
-        activation: feed-forward activation (`"gelu"` is BERT's exact GELU).
-        layer_norm_epsilon: epsilon of every layer norm.
-        attention: attention mechanism name, `"softmax"` for BERT; any
-            mechanism of `attention.mechanism_names()` works in the encoder.
-        attention_options: the mechanism's options as a dict, e.g.
+        vocabulary_size: int. The number of token ids.
+        num_layers: int. The number of encoder blocks.
+        num_heads: int. The attention heads per block.
+        hidden_dim: int. The width of the hidden states.
+        intermediate_dim: int. The feed-forward width.
+        dropout: float. Dropout on embeddings and residual branches.
+        attention_dropout: float. Dropout on attention probabilities.
+        max_sequence_length: int. The number of learned positions.
+        num_segments: int. The number of segment (token type) ids.
+        activation: str. The feed-forward activation (`"gelu"` is BERT's
+            exact GELU).
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        attention: str. The attention mechanism's name, `"softmax"` for
+            BERT; any mechanism of `attention.mechanism_names()` works in the
+            encoder.
+        attention_options: dict or None. The mechanism's options, e.g.
             `{"block_size": 64}` for `"local"` (see `MultiHeadAttention`).
-        initializer_range: standard deviation of the truncated-normal init.
-        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+        initializer_range: float. The standard deviation of the
+            truncated-normal init.
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer, e.g. `"bfloat16"`.
 
     Inputs: a dict of `token_ids`, `segment_ids` and `padding_mask`, each
     `(batch, length)` int. Outputs: a dict of `sequence_output`
@@ -79,6 +84,7 @@ class BertBackbone(Backbone):
         dtype=None,
         **kwargs,
     ):
+        # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
         token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),
@@ -96,28 +102,17 @@ class BertBackbone(Backbone):
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
         )
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
-        blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                activation=activation,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=False,
-                attention=attention,
-                attention_options=attention_options,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=f"transformer_layer_{index}",
-            )
-            for index in range(num_layers)
-        ]
+        blocks = block_stack(
+            TransformerEncoderBlock, num_layers, initializer, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            activation=activation, dropout=dropout, attention_dropout=attention_dropout, norm_first=False,
+            layer_norm_epsilon=layer_norm_epsilon, attention=attention, attention_options=attention_options, dtype=dtype,
+        )
         pooler = Dense(
             hidden_dim, activation="tanh", kernel_initializer=clone_initializer(initializer),
             dtype=dtype, name="pooler",
         )
 
+        # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
@@ -136,6 +131,8 @@ class BertBackbone(Backbone):
             **kwargs,
         )
         self.token_embedding = token_embedding
+
+        # === Config ===
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.num_heads = num_heads

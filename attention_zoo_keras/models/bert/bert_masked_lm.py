@@ -17,8 +17,9 @@ class BertMaskedLM(Task):
     """Predicts the original tokens at masked positions.
 
     Args:
-        backbone: a `BertBackbone`.
-        preprocessor: a `BertMaskedLMPreprocessor` (masks raw text for `fit`).
+        backbone: `BertBackbone`. The encoder.
+        preprocessor: `BertMaskedLMPreprocessor` or None. Masks raw text for
+            `fit`.
 
     Inputs: the backbone's features plus `mask_positions` `(batch, P)`.
     Output: logits `(batch, P, vocabulary_size)`.

@@ -15,18 +15,23 @@ class BertMaskedLMPreprocessor(BertPreprocessor):
     """Raw text to masked inputs, the original ids and their weights.
 
     Args:
-        tokenizer: a `BertTokenizer`.
-        sequence_length: the most tokens an example holds.
-        mask_selection_rate: fraction of (non-special) tokens to predict.
-        mask_selection_length: the most predictions per example; the output
-            positions are padded to this length with weight 0.
-        mask_token_rate: of the selected tokens, the share replaced by `[MASK]`.
-        random_token_rate: the share replaced by a random vocabulary token.
-        seed: seed of the masking randomness.
-        padding: how wide a batch is padded (see `BertPreprocessor`);
-            `mask_positions` always has `mask_selection_length` entries.
-        bucket_lengths: the widths a batch may be padded to (see
-            `BertPreprocessor`).
+        tokenizer: `BertTokenizer`. The tokenizer.
+        sequence_length: int. The most tokens an example holds.
+        mask_selection_rate: float. The fraction of (non-special) tokens to
+            predict.
+        mask_selection_length: int or None. The most predictions per example;
+            the output positions are padded to this length with weight 0.
+            `None`: `round(sequence_length * mask_selection_rate)`, at least 1.
+        mask_token_rate: float. Of the selected tokens, the share replaced by
+            `[MASK]`.
+        random_token_rate: float. The share replaced by a random vocabulary
+            token.
+        seed: int or None. The seed of the masking randomness.
+        padding: str or None. How wide a batch is padded (see
+            `BertPreprocessor`); `mask_positions` always has
+            `mask_selection_length` entries.
+        bucket_lengths: list of int or None. The widths a batch may be padded
+            to (see `BertPreprocessor`).
 
     Call returns `(features, labels, sample_weight)`: features with the masked
     `token_ids` and `mask_positions`; `labels` the original ids at those

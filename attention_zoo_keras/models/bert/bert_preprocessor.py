@@ -28,20 +28,22 @@ class BertPreprocessor(TextPreprocessor):
     `padding_mask`.
 
     Args:
-        tokenizer: a `BertTokenizer`.
-        sequence_length: the most tokens an example holds (longer texts are
-            truncated, longest segment first).
-        padding: `"buckets"` (default): pad each batch to the smallest
-            bucket length holding its longest example, at most
-            `sequence_length`; `"max_length"`: always to `sequence_length`
-            (see `TextPreprocessor`).
-        bucket_lengths: with `"buckets"`, the lengths to pad to; `None`
-            takes the powers of two from 16.
+        tokenizer: `BertTokenizer`. The tokenizer.
+        sequence_length: int. The most tokens an example holds (longer texts
+            are truncated, longest segment first).
+        padding: str or None. `"buckets"` (`None`, the default): pad each
+            batch to the smallest bucket length holding its longest example,
+            at most `sequence_length`; `"max_length"`: always to
+            `sequence_length` (see `TextPreprocessor`).
+        bucket_lengths: list of int or None. With `"buckets"`, the lengths to
+            pad to; `None` takes the powers of two from 16.
 
     Call args:
-        x: a string, a list of strings, or a tuple `(first, second)` of lists
-            for sentence pairs.
-        y, sample_weight: passed through.
+        x: str, list of str, or tuple of two lists of str. A string, a list
+            of strings, or a tuple `(first, second)` of lists for sentence
+            pairs.
+        y: any or None. Passed through.
+        sample_weight: any or None. Passed through.
 
     Example:
 

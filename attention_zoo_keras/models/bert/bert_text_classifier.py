@@ -3,7 +3,7 @@ layer on the pooled `[CLS]` representation."""
 
 import keras
 
-from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.input_validation import check_class_labels
@@ -17,10 +17,12 @@ class BertTextClassifier(Task):
     """Classifies a text (or a text pair) into `num_classes` classes.
 
     Args:
-        backbone: a `BertBackbone`.
-        num_classes: number of classes.
-        preprocessor: a `BertPreprocessor`, so `fit`/`predict` take raw strings.
-        dropout: dropout before the classifier, BERT's `hidden_dropout_prob`.
+        backbone: `BertBackbone`. The encoder.
+        num_classes: int. The number of classes.
+        preprocessor: `BertPreprocessor` or None. So `fit`/`predict` take raw
+            strings.
+        dropout: float. Dropout before the classifier, BERT's
+            `hidden_dropout_prob`.
 
     Output: logits `(batch, num_classes)`. `compile()` defaults to AdamW
     (5e-5), sparse categorical cross-entropy on logits and accuracy.
@@ -39,14 +41,13 @@ class BertTextClassifier(Task):
         if not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int; got {num_classes!r}.")
         inputs = backbone.input
-        pooled = backbone(inputs)["pooled_output"]
-        pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
-        logits = Dense(
+        logits = classification_head(
+            backbone(inputs)["pooled_output"],
             num_classes,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dropout,
+            keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=backbone.dtype_policy,
-            name="classifier",
-        )(pooled)
+        )
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.dropout = dropout

@@ -24,11 +24,11 @@ class BertTextEmbedder(Task):
     """Maps texts to fixed-size vectors for semantic search and clustering.
 
     Args:
-        backbone: a `BertBackbone`.
-        preprocessor: a `BertPreprocessor`.
-        pooling: `"mean"` (over non-padding tokens) or `"cls"`.
-        normalize: L2-normalise the embeddings (cosine similarity becomes a
-            dot product).
+        backbone: `BertBackbone`. The encoder.
+        preprocessor: `BertPreprocessor` or None. Takes raw strings.
+        pooling: str. `"mean"` (over non-padding tokens) or `"cls"`.
+        normalize: bool. L2-normalise the embeddings (cosine similarity
+            becomes a dot product).
 
     Example:
 

@@ -9,6 +9,7 @@ Learners"): a decoder-only, pre-norm Transformer.
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
@@ -24,18 +25,20 @@ class GPTBackbone(Backbone):
     causal Transformer blocks and a final layer norm.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: number of decoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: width of the hidden states.
-        intermediate_dim: feed-forward width (GPT-2: `4 * hidden_dim`).
-        dropout: dropout on embeddings and residual branches.
-        attention_dropout: dropout on attention probabilities; must be 0
-            for `attention="linear"`, which has none.
-        max_sequence_length: number of learned positions.
-        activation: feed-forward activation; `"gelu_new"` is GPT-2's tanh GELU.
-        layer_norm_epsilon: epsilon of every layer norm.
-        attention: attention mechanism name, `"softmax"` for GPT-2;
+        vocabulary_size: int. The number of token ids.
+        num_layers: int. The number of decoder blocks.
+        num_heads: int. The attention heads per block.
+        hidden_dim: int. The width of the hidden states.
+        intermediate_dim: int. The feed-forward width (GPT-2:
+            `4 * hidden_dim`).
+        dropout: float. Dropout on embeddings and residual branches.
+        attention_dropout: float. Dropout on attention probabilities; must
+            be 0 for `attention="linear"`, which has none.
+        max_sequence_length: int. The number of learned positions.
+        activation: str. The feed-forward activation; `"gelu_new"` is GPT-2's
+            tanh GELU.
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        attention: str. The attention mechanism's name, `"softmax"` for GPT-2;
             `"linear"` gives a linear-attention Transformer (Katharopoulos
             et al., 2020) that generates with a constant-size recurrent state;
             `"relative"` with `attention_options={"max_distance":
@@ -43,10 +46,12 @@ class GPTBackbone(Backbone):
             False}` a Music-Transformer-style LM. Any causal mechanism with
             a decoding cache (see `attention.registry.get_decoding`) can
             generate.
-        attention_options: the mechanism's options as a dict (see
+        attention_options: dict or None. The mechanism's options (see
             `MultiHeadAttention`).
-        initializer_range: standard deviation of the truncated-normal init.
-        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+        initializer_range: float. The standard deviation of the
+            truncated-normal init.
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer, e.g. `"bfloat16"`.
 
     Inputs: a dict of `token_ids` and `padding_mask`, each `(batch, length)`
     int. Output: a dict with one entry, `sequence_output`
@@ -90,6 +95,8 @@ class GPTBackbone(Backbone):
                 "Linear attention has no attention probabilities to drop out (Katharopoulos et al., "
                 "2020, use no attention dropout); residual and embedding dropout (`dropout`) are unaffected."
             )
+
+        # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
         token_embedding = keras.layers.Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),
@@ -100,26 +107,14 @@ class GPTBackbone(Backbone):
             dtype=dtype, name="position_embedding",
         )
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
-        blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                activation=activation,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=True,
-                is_causal=True,
-                attention=attention,
-                attention_options=attention_options,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=f"transformer_layer_{index}",
-            )
-            for index in range(num_layers)
-        ]
+        blocks = block_stack(
+            TransformerEncoderBlock, num_layers, initializer, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            activation=activation, dropout=dropout, attention_dropout=attention_dropout, norm_first=True, is_causal=True,
+            layer_norm_epsilon=layer_norm_epsilon, attention=attention, attention_options=attention_options, dtype=dtype,
+        )
         final_norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
 
+        # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
 
@@ -139,6 +134,8 @@ class GPTBackbone(Backbone):
         self.position_embedding = position_embedding
         self.transformer_layers = blocks
         self.final_norm = final_norm
+
+        # === Config ===
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.num_heads = num_heads

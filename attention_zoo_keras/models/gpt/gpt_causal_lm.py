@@ -19,8 +19,9 @@ class GPTCausalLM(CausalLM):
     """Predicts the next token at every position.
 
     Args:
-        backbone: a `GPTBackbone`.
-        preprocessor: a `GPTCausalLMPreprocessor` (so `fit` takes raw text).
+        backbone: `GPTBackbone`. The decoder.
+        preprocessor: `GPTCausalLMPreprocessor` or None. So `fit` takes raw
+            text.
 
     Inputs: the backbone's `token_ids` and `padding_mask`. Output: logits
     `(batch, length, vocabulary_size)`, float32 only if the backbone is.
@@ -81,13 +82,16 @@ class GPTCausalLM(CausalLM):
         order: the state cannot forget a position.
 
         Args:
-            token_ids: `(batch, new_length)` ids at positions
-                `cache_update_index, …, cache_update_index + new_length − 1`.
-            cache: from `init_cache` (or a previous call).
-            cache_update_index: position of the first new token.
-            padding_mask: optional `(batch, max_length)`, true where a
-                position holds a real token (attention is causal anyway, so
-                right-padded prompts need none).
+            token_ids: int tensor of shape `(batch, new_length)`. The ids at
+                positions `cache_update_index, …, cache_update_index +
+                new_length − 1`.
+            cache: tuple. One cache per block, from `init_cache` (or a
+                previous call).
+            cache_update_index: int or int scalar tensor. The position of the
+                first new token.
+            padding_mask: tensor of shape `(batch, max_length)` or None. True
+                where a position holds a real token (attention is causal
+                anyway, so right-padded prompts need none).
 
         Returns:
             `(logits, hidden, cache)`: logits `(batch, new_length, vocab)`,

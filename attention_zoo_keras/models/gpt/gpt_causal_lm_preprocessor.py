@@ -17,20 +17,20 @@ class GPTCausalLMPreprocessor(CausalLMPreprocessor):
     tokens as labels.
 
     Args:
-        tokenizer: a `GPTTokenizer`.
-        sequence_length: the most tokens a model input holds (texts are
+        tokenizer: `GPTTokenizer`. The tokenizer.
+        sequence_length: int. The most tokens a model input holds (texts are
             truncated to it, and right-padded with `<|endoftext|>`).
-        add_start_token: prepend `<|endoftext|>` as a start token (as
+        add_start_token: bool. Prepend `<|endoftext|>` as a start token (as
             KerasHub does). Off by default: `transformers`' GPT-2 tokenizer
             adds none, and the pretrained model was not trained with one at
             the start of every example.
-        add_end_token: append `<|endoftext|>`, so the model learns where a
-            text ends (GPT-2's document separator). On by default.
-        padding: how wide a batch is padded: by default to the smallest
-            power of two from 16 that holds its longest text, at most
-            `sequence_length` (see `TextPreprocessor`).
-        bucket_lengths: the widths a batch may be padded to (see
-            `TextPreprocessor`).
+        add_end_token: bool. Append `<|endoftext|>`, so the model learns
+            where a text ends (GPT-2's document separator). On by default.
+        padding: str or None. How wide a batch is padded: by default to the
+            smallest power of two from 16 that holds its longest text, at
+            most `sequence_length` (see `TextPreprocessor`).
+        bucket_lengths: list of int or None. The widths a batch may be padded
+            to (see `TextPreprocessor`).
 
     Call returns `(features, labels, sample_weight)`: `features` with
     `token_ids` and `padding_mask` `(batch, width)`, `width` the batch's

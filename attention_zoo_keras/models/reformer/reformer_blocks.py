@@ -30,28 +30,33 @@ class ReformerAttention(keras.layers.Layer):
     projection, dropout.
 
     Args:
-        num_heads: attention heads.
-        head_dim: size of each head.
-        attention: the mechanism, `"lsh"` (its queries and keys share one
-            projection), `"local"`, or another registered name.
-        attention_options: the mechanism's options (see `MultiHeadAttention`).
-        is_causal: causal self-attention (the Reformer language model).
-        dropout: dropout on the branch's output (`hidden_dropout_prob`).
-        attention_dropout: dropout on the attention probabilities.
-        layer_norm_epsilon: epsilon of the layer norm.
-        kernel_initializer: initializer of the projections.
+        num_heads: int. The attention heads.
+        head_dim: int. The size of each head.
+        attention: str. The mechanism, `"lsh"` (its queries and keys share
+            one projection), `"local"`, or another registered name.
+        attention_options: dict or None. The mechanism's options (see
+            `MultiHeadAttention`).
+        is_causal: bool. Causal self-attention (the Reformer language model).
+        dropout: float. Dropout on the branch's output
+            (`hidden_dropout_prob`).
+        attention_dropout: float. Dropout on the attention probabilities.
+        layer_norm_epsilon: float. The epsilon of the layer norm.
+        kernel_initializer: str or `keras.initializers.Initializer`. The
+            initializer of the projections.
 
     Attributes:
-        rotations: `None`, or the fixed LSH rotations set by
+        rotations: tensor or None. `None`, or the fixed LSH rotations set by
             `set_rotations`, used at every call instead of drawing them.
 
     Call args:
-        x: `(batch, length, hidden_dim)`.
-        attention_mask: optional boolean `(batch, 1, length)` (key padding).
-        training: dropout on or off.
-        cache, cache_update_index: a decoding cache and the position of the
-            first new token (see `MultiHeadAttention`); then the call
-            returns `(output, cache)`.
+        x: tensor of shape `(batch, length, hidden_dim)`. The input stream.
+        attention_mask: bool tensor of shape `(batch, 1, length)` or None.
+            The key padding.
+        training: bool or None. Dropout on or off.
+        cache: tensor or None. A decoding cache (see `MultiHeadAttention`);
+            then the call returns `(output, cache)`.
+        cache_update_index: int or int scalar tensor or None. The position
+            of the first new token.
 
     Example:
 
@@ -137,8 +142,9 @@ class ReformerAttention(keras.layers.Layer):
         numpy array). The rotations are not saved with the model.
 
         Args:
-            rotations: `(num_heads, head_dim, num_hashes, Σ b_f / 2)`
-                (`rotations_shape`), or `None` to draw them again.
+            rotations: array of shape `(num_heads, head_dim, num_hashes,
+                Σ b_f / 2)` (`rotations_shape`) or None. `None` draws them
+                again.
 
         Raises:
             ValueError: for a branch that is not LSH attention, or rotations
@@ -216,13 +222,15 @@ class ReformerFeedForward(keras.layers.Layer):
     training).
 
     Args:
-        intermediate_dim: width of the hidden layer (`feed_forward_size`).
-        activation: activation name (`hidden_act`).
-        dropout: dropout on the branch's output.
-        layer_norm_epsilon: epsilon of the layer norm.
-        chunk_size: positions per chunk (`chunk_size_feed_forward`; `None`
-            or 0: all at once).
-        kernel_initializer: initializer of both kernels.
+        intermediate_dim: int. The width of the hidden layer
+            (`feed_forward_size`).
+        activation: str. The activation's name (`hidden_act`).
+        dropout: float. Dropout on the branch's output.
+        layer_norm_epsilon: float. The epsilon of the layer norm.
+        chunk_size: int or None. Positions per chunk
+            (`chunk_size_feed_forward`; `None` or 0: all at once).
+        kernel_initializer: str or `keras.initializers.Initializer`. The
+            initializer of both kernels.
 
     Example:
 

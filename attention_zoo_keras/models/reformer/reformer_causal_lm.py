@@ -20,9 +20,9 @@ generation gives the same tokens:
 - then one token at a time: local attention over the last chunks, LSH
   attention over the chunk of the sorted cache the new token hashes into.
 
-The hashing rotations stay fixed for a whole generation (`hash_seed`, or a
-fixed default), where `transformers` without `hash_seed` draws new ones at
-every step.
+The hashing rotations stay fixed for a whole generation (the LSH `seed`
+option, or a fixed default), where `transformers` without `hash_seed` draws
+new ones at every step.
 """
 
 import math
@@ -35,7 +35,7 @@ from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
-from attention_zoo_keras.models.reformer.reformer_backbone import padded_length
+from attention_zoo_keras.models.reformer.reformer_chunk_padding import padded_length
 from attention_zoo_keras.models.reformer.reformer_causal_lm_preprocessor import ReformerCausalLMPreprocessor
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import register
@@ -66,9 +66,9 @@ class ReformerCausalLM(CausalLM):
     """Predicts the next token at every position.
 
     Args:
-        backbone: a causal `ReformerBackbone`.
-        preprocessor: a `ReformerCausalLMPreprocessor` (so `fit` takes raw
-            text).
+        backbone: `ReformerBackbone`. A causal one.
+        preprocessor: `ReformerCausalLMPreprocessor` or None. So `fit` takes
+            raw text.
 
     Inputs: the backbone's `token_ids` and `padding_mask`. Output: logits
     `(batch, length, vocabulary_size)`.

@@ -15,16 +15,17 @@ class ReformerCausalLMPreprocessor(CausalLMPreprocessor):
     tokens as labels.
 
     Args:
-        tokenizer: a `ReformerTokenizer` or `ReformerByteTokenizer`.
-        sequence_length: length of the model inputs. To train, it must be
-            a multiple of the model's chunk lengths, and with axial
+        tokenizer: `ReformerTokenizer` or `ReformerByteTokenizer`. The
+            tokenizer.
+        sequence_length: int. The length of the model inputs. To train, it
+            must be a multiple of the model's chunk lengths, and with axial
             positions exactly their number `n₁·n₂`.
-        add_start_token: prepend the end token as a start token (off).
-        add_end_token: append the end token (on).
-        padding: as in `ReformerPreprocessor` (every batch
+        add_start_token: bool. Prepend the end token as a start token (off).
+        add_end_token: bool. Append the end token (on).
+        padding: str or None. As in `ReformerPreprocessor` (every batch
             `sequence_length` wide by default: the chunked attention is
             shaped by the length).
-        bucket_lengths: as in `ReformerPreprocessor`.
+        bucket_lengths: list of int or None. As in `ReformerPreprocessor`.
 
     Example:
 

@@ -20,10 +20,13 @@ into Keras kernels):
 - `classifier.dense`, `classifier.out_proj` → `classifier_dense`,
   `classifier_out_proj` (`ReformerTextClassifier`).
 
-`hash_seed` becomes the LSH `seed` (the same rotations at every call, but
-drawn by numpy, not torch: hashing agrees with `transformers` only when
-both hash with the same rotations, which `ReformerBackbone.set_lsh_rotations`
-sets; not saved).
+The flat `attn_layers`, `lsh_*`, `local_*`, `num_hashes`, `num_buckets`
+and `*_attention_probs_dropout_prob` settings become `attention`,
+`attention_options["lsh"]` and `["local"]` (under the mechanisms' option
+names) and `attention_dropout`; `hash_seed` becomes the LSH `seed` (the
+same rotations at every call, but drawn by numpy, not torch: hashing agrees
+with `transformers` only when both hash with the same rotations, which
+`ReformerBackbone.set_lsh_rotations` sets; not saved).
 """
 
 import numpy as np
@@ -32,6 +35,7 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.models.reformer.reformer_attention_options import DEFAULT_ATTENTION
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_causal_lm_preprocessor import ReformerCausalLMPreprocessor
 from attention_zoo_keras.models.reformer.reformer_text_classifier import ReformerTextClassifier
@@ -72,24 +76,33 @@ class ReformerConverter(TransformersConverter):
             "num_heads": hf_config.get("num_attention_heads", 12),
             "head_dim": hf_config.get("attention_head_size", 64),
             "intermediate_dim": hf_config.get("feed_forward_size", 512),
-            "attention_layers": list(hf_config.get("attn_layers", ["local", "lsh", "local", "lsh", "local", "lsh"])),
+            "attention": list(hf_config.get("attn_layers", DEFAULT_ATTENTION)),
+            "num_layers": len(hf_config.get("attn_layers", DEFAULT_ATTENTION)),
+            "attention_options": {
+                "lsh": {
+                    "num_hashes": hf_config.get("num_hashes", 1),
+                    "num_buckets": list(num_buckets) if isinstance(num_buckets, (list, tuple)) else num_buckets,
+                    "chunk_length": hf_config.get("lsh_attn_chunk_length", 64),
+                    "num_chunks_before": hf_config.get("lsh_num_chunks_before", 1),
+                    "num_chunks_after": hf_config.get("lsh_num_chunks_after", 0),
+                    "seed": hf_config.get("hash_seed"),
+                },
+                "local": {
+                    "block_size": hf_config.get("local_attn_chunk_length", 64),
+                    "num_memory_blocks": hf_config.get("local_num_chunks_before", 1),
+                    "num_memory_blocks_after": hf_config.get("local_num_chunks_after", 0),
+                },
+            },
             "is_causal": hf_config.get("is_decoder", False),
-            "num_hashes": hf_config.get("num_hashes", 1),
-            "num_buckets": list(num_buckets) if isinstance(num_buckets, (list, tuple)) else num_buckets,
-            "lsh_chunk_length": hf_config.get("lsh_attn_chunk_length", 64),
-            "lsh_num_chunks_before": hf_config.get("lsh_num_chunks_before", 1),
-            "lsh_num_chunks_after": hf_config.get("lsh_num_chunks_after", 0),
-            "hash_seed": hf_config.get("hash_seed"),
-            "local_chunk_length": hf_config.get("local_attn_chunk_length", 64),
-            "local_num_chunks_before": hf_config.get("local_num_chunks_before", 1),
-            "local_num_chunks_after": hf_config.get("local_num_chunks_after", 0),
             "axial_pos_shape": list(hf_config.get("axial_pos_shape", [64, 64])) if axial else None,
             "axial_pos_embds_dim": list(hf_config.get("axial_pos_embds_dim", [64, 192])) if axial else None,
             "max_sequence_length": hf_config.get("max_position_embeddings", 4096),
             "activation": hf_config.get("hidden_act", "relu"),
             "dropout": hf_config.get("hidden_dropout_prob", 0.05),
-            "lsh_attention_dropout": hf_config.get("lsh_attention_probs_dropout_prob", 0.0),
-            "local_attention_dropout": hf_config.get("local_attention_probs_dropout_prob", 0.05),
+            "attention_dropout": {
+                "lsh": hf_config.get("lsh_attention_probs_dropout_prob", 0.0),
+                "local": hf_config.get("local_attention_probs_dropout_prob", 0.05),
+            },
             "layer_norm_epsilon": hf_config.get("layer_norm_eps", 1e-12),
             "feed_forward_chunk_size": hf_config.get("chunk_size_feed_forward") or None,
             "initializer_range": hf_config.get("initializer_range", 0.02),
@@ -112,7 +125,7 @@ class ReformerConverter(TransformersConverter):
             arrays["position_embedding/embeddings_1"] = checkpoint[f"{positions}.weights.1"]
         else:
             arrays["position_embedding/embeddings"] = checkpoint[f"{positions}.embedding.weight"]
-        for index, attention in enumerate(config["attention_layers"]):
+        for index, attention in enumerate(config["attention"]):
             theirs = f"{prefix}encoder.layers.{index}"
             ours = f"reversible/attention_{index}"
             copy_layer_norm(arrays, f"{ours}/norm", f"{theirs}.attention.layer_norm", checkpoint)
@@ -168,6 +181,50 @@ class ReformerConverter(TransformersConverter):
 
     def preprocessor_config(self, source, hf_config):
         return {"sequence_length": min(hf_config.get("max_position_embeddings", 4096), DEFAULT_SEQUENCE_LENGTH)}
+
+    transformers_architectures = {
+        "ReformerBackbone": "ReformerModel",
+        "ReformerCausalLM": "ReformerModelWithLMHead",
+        "ReformerMaskedLM": "ReformerForMaskedLM",
+        "ReformerTextClassifier": "ReformerForSequenceClassification",
+    }
+
+    transformers_names = {
+        "vocabulary_size": "vocab_size", "hidden_dim": "hidden_size", "num_heads": "num_attention_heads",
+        "head_dim": "attention_head_size", "intermediate_dim": "feed_forward_size", "attention": "attn_layers",
+        "is_causal": "is_decoder", "max_sequence_length": "max_position_embeddings", "activation": "hidden_act",
+        "dropout": "hidden_dropout_prob", "layer_norm_epsilon": "layer_norm_eps",
+        "initializer_range": "initializer_range", "axial_norm_std": "axial_norm_std", "pad_token_id": "pad_token_id",
+    }
+    # `{transformers config key: (mechanism, option)}`: the attention options.
+    transformers_attention_options = {
+        "num_hashes": ("lsh", "num_hashes"), "num_buckets": ("lsh", "num_buckets"),
+        "lsh_attn_chunk_length": ("lsh", "chunk_length"), "lsh_num_chunks_before": ("lsh", "num_chunks_before"),
+        "lsh_num_chunks_after": ("lsh", "num_chunks_after"), "hash_seed": ("lsh", "seed"),
+        "local_attn_chunk_length": ("local", "block_size"), "local_num_chunks_before": ("local", "num_memory_blocks"),
+        "local_num_chunks_after": ("local", "num_memory_blocks_after"),
+    }
+
+    def transformers_config(self, model):
+        hf_config = super().transformers_config(model)
+        backbone = getattr(model, "backbone", model)
+        options = backbone.attention_options
+        hf_config.update(
+            {key: options[name][option] for key, (name, option) in self.transformers_attention_options.items()}
+        )
+        hf_config.update(
+            lsh_attention_probs_dropout_prob=backbone.attention_dropout["lsh"],
+            local_attention_probs_dropout_prob=backbone.attention_dropout["local"],
+            chunk_size_feed_forward=backbone.feed_forward_chunk_size or 0,
+            axial_pos_embds=backbone.axial_pos_shape is not None,
+        )
+        if backbone.axial_pos_shape is not None:
+            hf_config.update(
+                axial_pos_shape=list(backbone.axial_pos_shape), axial_pos_embds_dim=list(backbone.axial_pos_embds_dim)
+            )
+        if isinstance(model, ReformerTextClassifier):
+            hf_config.update(num_labels=model.num_classes, classifier_dropout=model.dropout)
+        return hf_config
 
 
 register_converter(ReformerConverter())

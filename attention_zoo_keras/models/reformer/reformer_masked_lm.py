@@ -27,9 +27,9 @@ class ReformerMaskedLM(Task):
     """Predicts the original token at every position of a (masked) text.
 
     Args:
-        backbone: a bidirectional `ReformerBackbone` (`is_causal=False`).
-        preprocessor: a `ReformerMaskedLMPreprocessor` (masks raw text for
-            `fit`).
+        backbone: `ReformerBackbone`. A bidirectional one (`is_causal=False`).
+        preprocessor: `ReformerMaskedLMPreprocessor` or None. Masks raw text
+            for `fit`.
 
     Inputs: the backbone's `token_ids` and `padding_mask` `(batch, length)`.
     Output: logits `(batch, length, vocabulary_size)`. `compile()` defaults
@@ -45,9 +45,10 @@ class ReformerMaskedLM(Task):
 
     >>> import numpy as np
     >>> backbone = ReformerBackbone(vocabulary_size=32, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
-    ...                             attention_layers=["local", "lsh"], is_causal=False, num_buckets=4,
-    ...                             lsh_chunk_length=4, lsh_num_chunks_after=1, local_chunk_length=4,
-    ...                             local_num_chunks_after=1, axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4))
+    ...                             attention=["local", "lsh"], is_causal=False, attention_options={
+    ...                                 "lsh": {"num_buckets": 4, "chunk_length": 4, "num_chunks_after": 1},
+    ...                                 "local": {"block_size": 4, "num_memory_blocks_after": 1}},
+    ...                             axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4))
     >>> mlm = ReformerMaskedLM(backbone)
     >>> ids = np.array([[5, 6, 0, 8, 9, 10, 11, 12]])
     >>> tuple(mlm.predict({"token_ids": ids, "padding_mask": np.ones_like(ids)}, verbose=0).shape)

@@ -38,15 +38,18 @@ def mask_tokens(
     """BERT-style masking over whole sequences.
 
     Args:
-        token_ids: int `(batch, length)`.
-        candidates: bool `(batch, length)`, the positions that may be selected.
-        rng: a `numpy.random.Generator`.
-        selection_rate: share of each row's candidates to select (at least one).
-        mask_token_id: the id a masked position gets.
-        mask_token_rate, random_token_rate: shares of the selected positions
-            that become `mask_token_id`, and a random id of `random_ids`;
-            the rest keep their ids.
-        random_ids: the ids random replacement draws from.
+        token_ids: int array of shape `(batch, length)`. The token ids.
+        candidates: bool array of shape `(batch, length)`. The positions
+            that may be selected.
+        rng: `numpy.random.Generator`. The randomness.
+        selection_rate: float. The share of each row's candidates to select
+            (at least one).
+        mask_token_id: int. The id a masked position gets.
+        mask_token_rate: float. The share of the selected positions that
+            become `mask_token_id`.
+        random_token_rate: float. The share of the selected positions that
+            become a random id of `random_ids`; the rest keep their ids.
+        random_ids: int array. The ids random replacement draws from.
 
     Returns:
         `(masked token_ids, float32 weights)`, the weights 1 at the selected
@@ -80,19 +83,27 @@ class ReformerMaskedLMPreprocessor(ReformerPreprocessor):
     the masked positions.
 
     Args:
-        tokenizer: a `ReformerTokenizer` or `ReformerByteTokenizer`.
-        sequence_length: length of every example (see `ReformerPreprocessor`:
-            to train, a multiple of the chunk lengths, and with axial
-            positions exactly `n₁·n₂`).
-        add_start_token, add_end_token: as in `ReformerPreprocessor`.
-        mask_selection_rate: share of the real, non-special tokens to predict.
-        mask_token_id: the id masked positions get; `None`: the tokenizer's
-            `<unk>` (SentencePiece) or `<pad>` (bytes), see the module notes.
-        mask_token_rate: of the selected tokens, the share replaced by the mask id.
-        random_token_rate: the share replaced by a random non-special id.
-        seed: seed of the masking randomness (`None`: fresh each run).
-        padding, bucket_lengths: as in `ReformerPreprocessor` (every batch
+        tokenizer: `ReformerTokenizer` or `ReformerByteTokenizer`. The
+            tokenizer.
+        sequence_length: int. The length of every example (see
+            `ReformerPreprocessor`: to train, a multiple of the chunk
+            lengths, and with axial positions exactly `n₁·n₂`).
+        add_start_token: bool. As in `ReformerPreprocessor`.
+        add_end_token: bool. As in `ReformerPreprocessor`.
+        mask_selection_rate: float. The share of the real, non-special
+            tokens to predict.
+        mask_token_id: int or None. The id masked positions get; `None`: the
+            tokenizer's `<unk>` (SentencePiece) or `<pad>` (bytes), see the
+            module notes.
+        mask_token_rate: float. Of the selected tokens, the share replaced
+            by the mask id.
+        random_token_rate: float. The share replaced by a random non-special
+            id.
+        seed: int or None. The seed of the masking randomness (`None`: fresh
+            each run).
+        padding: str or None. As in `ReformerPreprocessor` (every batch
             `sequence_length` wide by default).
+        bucket_lengths: list of int or None. As in `ReformerPreprocessor`.
 
     Call returns `(features, labels, sample_weight)`: `features` with the
     masked `token_ids` and the `padding_mask`, `(batch, sequence_length)`;

@@ -21,25 +21,29 @@ class ReformerPreprocessor(PackedTextPreprocessor):
     sequence_length)`, with labels and sample weights passed through.
 
     Args:
-        tokenizer: a `ReformerTokenizer` or `ReformerByteTokenizer`.
-        sequence_length: every output is right-padded or truncated to this
-            length. To train, it must be a multiple of the model's chunk
+        tokenizer: `ReformerTokenizer` or `ReformerByteTokenizer`. The
+            tokenizer.
+        sequence_length: int. Every output is right-padded or truncated to
+            this length. To train, it must be a multiple of the model's chunk
             lengths (their least common multiple), and with axial positions
             exactly their number `n₁·n₂`.
-        add_start_token: prepend the end token as a start token (off; the
-            Reformer tokenizers have no start token).
-        add_end_token: append the end token (on), as
+        add_start_token: bool. Prepend the end token as a start token (off;
+            the Reformer tokenizers have no start token).
+        add_end_token: bool. Append the end token (on), as
             `ReformerCausalLMPreprocessor` does, so a preset's settings carry
             over between the Reformer tasks.
-        padding: `"max_length"` by default, unlike the other families'
-            preprocessors: the chunked attention is shaped by the length (the
-            backbone's `static_sequence_length`), so every batch is
-            `sequence_length` wide. `"buckets"`: see `TextPreprocessor`.
-        bucket_lengths: with `padding="buckets"`, the lengths to pad to.
+        padding: str or None. `"max_length"` by default (`None`), unlike the
+            other families' preprocessors: the chunked attention is shaped by
+            the length (the backbone's `static_sequence_length`), so every
+            batch is `sequence_length` wide. `"buckets"`: see
+            `TextPreprocessor`.
+        bucket_lengths: list of int or None. With `padding="buckets"`, the
+            lengths to pad to.
 
     Call args:
-        x: a string or a list of strings.
-        y, sample_weight: passed through (one entry per text).
+        x: str or list of str. The text(s).
+        y: any or None. Passed through (one entry per text).
+        sample_weight: any or None. Passed through (one entry per text).
 
     Example:
 

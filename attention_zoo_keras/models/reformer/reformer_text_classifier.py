@@ -32,15 +32,16 @@ class ReformerTextClassifier(Task):
     """Classifies a text into `num_classes` classes from its first position.
 
     Args:
-        backbone: a `ReformerBackbone`, bidirectional (`is_causal=False`) to
-            be of use: with a causal one the first position sees only the
-            first token (allowed, as in `transformers`, with a warning).
-        num_classes: number of classes.
-        preprocessor: a `ReformerPreprocessor`, so `fit`/`predict` take raw
-            strings.
-        dropout: dropout before each of the head's two dense layers; `None`
-            (the default) takes the backbone's `dropout`, as `transformers`
-            takes `hidden_dropout_prob` when `classifier_dropout` is unset.
+        backbone: `ReformerBackbone`. Bidirectional (`is_causal=False`) to be
+            of use: with a causal one the first position sees only the first
+            token (allowed, as in `transformers`, with a warning).
+        num_classes: int. The number of classes.
+        preprocessor: `ReformerPreprocessor` or None. So `fit`/`predict` take
+            raw strings.
+        dropout: float or None. Dropout before each of the head's two dense
+            layers; `None` (the default) takes the backbone's `dropout`, as
+            `transformers` takes `hidden_dropout_prob` when
+            `classifier_dropout` is unset.
 
     Inputs: the backbone's `token_ids` and `padding_mask` `(batch, length)`.
     Output: logits `(batch, num_classes)`. `compile()` defaults to Adam
@@ -53,9 +54,10 @@ class ReformerTextClassifier(Task):
 
     >>> import numpy as np
     >>> backbone = ReformerBackbone(vocabulary_size=32, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
-    ...                             attention_layers=["local", "lsh"], is_causal=False, num_buckets=4,
-    ...                             lsh_chunk_length=4, lsh_num_chunks_after=1, local_chunk_length=4,
-    ...                             local_num_chunks_after=1, axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4))
+    ...                             attention=["local", "lsh"], is_causal=False, attention_options={
+    ...                                 "lsh": {"num_buckets": 4, "chunk_length": 4, "num_chunks_after": 1},
+    ...                                 "local": {"block_size": 4, "num_memory_blocks_after": 1}},
+    ...                             axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4))
     >>> classifier = ReformerTextClassifier(backbone, num_classes=3)
     >>> ids = np.array([[5, 6, 7, 8, 9, 10, 11, 12]])
     >>> tuple(classifier.predict({"token_ids": ids, "padding_mask": np.ones_like(ids)}, verbose=0).shape)

@@ -70,8 +70,8 @@ class ReformerTokenizer(Tokenizer):
     tokens. `decode` writes the text it writes.
 
     Args:
-        tokenizer: a `tokenizers.Tokenizer` whose vocabulary holds `</s>`
-            and `<unk>`.
+        tokenizer: `tokenizers.Tokenizer`. Its vocabulary holds `</s>` and
+            `<unk>`.
 
     Example:
 
@@ -205,8 +205,8 @@ class ReformerByteTokenizer(Tokenizer):
     as `tokenizer.json` and reads back with `ReformerByteTokenizer.from_file`.
 
     Args:
-        tokenizer: a `tokenizers.Tokenizer` laid out as `byte_tokenizer`
-            builds it; `None` (the default) builds one.
+        tokenizer: `tokenizers.Tokenizer` or None. Laid out as
+            `byte_tokenizer` builds it; `None` (the default) builds one.
 
     Example:
 

@@ -38,13 +38,14 @@ def torch_transformer_arrays(state_dict, prefix="", token_embedding=None, target
     as the torch module has them; positions are not weights unless learned.
 
     Args:
-        state_dict: the module's state dict (or a larger one, see `prefix`).
-        prefix: the transformer's prefix in `state_dict`, e.g.
+        state_dict: dict. The module's state dict (or a larger one, see
+            `prefix`).
+        prefix: str. The transformer's prefix in `state_dict`, e.g.
             `"transformer."` for a model that holds it as `self.transformer`.
-        token_embedding: optional `(vocabulary, d)` array of the (shared or
-            source) token embedding.
-        target_token_embedding: optional `(target vocabulary, d)` array
-            when the target side has its own embedding.
+        token_embedding: array of shape `(vocabulary, d)` or None. The
+            (shared or source) token embedding.
+        target_token_embedding: array of shape `(target vocabulary, d)` or
+            None. The target side's own embedding, when it has one.
 
     Returns:
         The arrays, for `backbone.assign_arrays(arrays, description)`.

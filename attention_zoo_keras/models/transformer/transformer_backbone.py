@@ -18,6 +18,7 @@ import types
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
@@ -44,42 +45,46 @@ class TransformerBackbone(Backbone):
     """Encoder and decoder stacks of the Transformer, without the output layer.
 
     Args:
-        vocabulary_size: number of source token ids (and target ids, when
-            the vocabulary is shared).
-        num_encoder_layers: encoder blocks.
-        num_decoder_layers: decoder blocks.
-        num_heads: attention heads in every attention layer.
-        hidden_dim: `d_model`.
-        intermediate_dim: feed-forward width (`d_ff`).
-        target_vocabulary_size: number of target ids when the target side
-            has its own embedding; `None` shares one embedding between the
+        vocabulary_size: int. The number of source token ids (and target
+            ids, when the vocabulary is shared).
+        num_encoder_layers: int. The number of encoder blocks.
+        num_decoder_layers: int. The number of decoder blocks.
+        num_heads: int. The attention heads in every attention layer.
+        hidden_dim: int. The width `d_model`.
+        intermediate_dim: int. The feed-forward width (`d_ff`).
+        target_vocabulary_size: int or None. The number of target ids when
+            the target side has its own embedding; `None` shares one
+            embedding between the
             encoder, the decoder (and a tied output layer), as the paper
             does for a shared source-target vocabulary (§3.4).
-        dropout: dropout on the embedding sums and on every residual branch
-            (`P_drop`, 0.1 in the paper).
-        attention_dropout: dropout on attention probabilities.
-        activation: feed-forward activation: `"relu"` (paper), `"swish"`
-            (Marian), `"gelu"`.
-        max_sequence_length: positions of the position embeddings (the
-            longest source or target).
-        position_embedding: `"sinusoidal"` (the paper's interleaved layout),
-            `"sinusoidal_concatenated"` (sines then cosines: Marian,
+        dropout: float. Dropout on the embedding sums and on every residual
+            branch (`P_drop`, 0.1 in the paper).
+        attention_dropout: float. Dropout on attention probabilities.
+        activation: str. The feed-forward activation: `"relu"` (paper),
+            `"swish"` (Marian), `"gelu"`.
+        max_sequence_length: int. The positions of the position embeddings
+            (the longest source or target).
+        position_embedding: str. `"sinusoidal"` (the paper's interleaved
+            layout), `"sinusoidal_concatenated"` (sines then cosines: Marian,
             fairseq, tensor2tensor) or `"learned"`.
-        scale_embeddings: multiply token embeddings by `√hidden_dim`.
-        norm_first: `False` for post-norm blocks (paper, Marian), `True` for
-            pre-norm.
-        final_norm: a layer norm on the output of each stack; defaults to
-            `norm_first` (pre-norm stacks need one; `torch.nn.Transformer`
-            has one either way).
-        layer_norm_epsilon: epsilon of every layer norm.
-        attention: the self-attention mechanism of every block (see
+        scale_embeddings: bool. Multiply token embeddings by `√hidden_dim`.
+        norm_first: bool. `False` for post-norm blocks (paper, Marian),
+            `True` for pre-norm.
+        final_norm: bool or None. A layer norm on the output of each stack;
+            `None`: `norm_first` (pre-norm stacks need one;
+            `torch.nn.Transformer` has one either way).
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        attention: str. The self-attention mechanism of every block (see
             `attention.mechanism_names()`); cross-attention is softmax.
-        attention_options: the mechanism's options.
-        embeddings_initializer: initializer of token embeddings and learned
-            positions; by default `N(0, hidden_dim^-0.5)`, so that scaled
-            embeddings have unit variance.
-        kernel_initializer: initializer of every dense kernel.
-        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+        attention_options: dict or None. The mechanism's options.
+        embeddings_initializer: str, `keras.initializers.Initializer` or
+            None. The initializer of token embeddings and learned positions;
+            `None`: `N(0, hidden_dim^-0.5)`, so that scaled embeddings have
+            unit variance.
+        kernel_initializer: str or `keras.initializers.Initializer`. The
+            initializer of every dense kernel.
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer, e.g. `"bfloat16"`.
 
     Inputs: a dict of `encoder_token_ids`, `encoder_padding_mask`
     `(batch, source_length)` and `decoder_token_ids`, `decoder_padding_mask`
@@ -138,6 +143,7 @@ class TransformerBackbone(Backbone):
         embeddings_initializer = keras.initializers.get(embeddings_initializer)
         kernel_initializer = keras.initializers.get(kernel_initializer)
 
+        # === Layers ===
         def embedding(size, name):
             return keras.layers.Embedding(
                 size, hidden_dim, embeddings_initializer=clone_initializer(embeddings_initializer),
@@ -177,21 +183,16 @@ class TransformerBackbone(Backbone):
         decoder_position_embedding = positions("decoder_position_embedding")
         encoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="encoder_embeddings_dropout")
         decoder_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="decoder_embeddings_dropout")
-        encoder_layers = [
-            TransformerEncoderBlock(
-                **block_arguments, kernel_initializer=clone_initializer(kernel_initializer), name=f"encoder_layer_{i}"
-            )
-            for i in range(num_encoder_layers)
-        ]
-        decoder_layers = [
-            TransformerDecoderBlock(
-                **block_arguments, kernel_initializer=clone_initializer(kernel_initializer), name=f"decoder_layer_{i}"
-            )
-            for i in range(num_decoder_layers)
-        ]
+        encoder_layers = block_stack(
+            TransformerEncoderBlock, num_encoder_layers, kernel_initializer, name="encoder_layer", **block_arguments
+        )
+        decoder_layers = block_stack(
+            TransformerDecoderBlock, num_decoder_layers, kernel_initializer, name="decoder_layer", **block_arguments
+        )
         encoder_final_norm = norm("encoder_final_norm")
         decoder_final_norm = norm("decoder_final_norm")
 
+        # === Functional Model ===
         encoder_token_ids = keras.Input(shape=(None,), dtype="int32", name="encoder_token_ids")
         encoder_padding_mask = keras.Input(shape=(None,), dtype="int32", name="encoder_padding_mask")
         decoder_token_ids = keras.Input(shape=(None,), dtype="int32", name="decoder_token_ids")
@@ -231,6 +232,8 @@ class TransformerBackbone(Backbone):
         )
         for name, layer in vars(parts).items():
             setattr(self, name, layer)
+
+        # === Config ===
         self.vocabulary_size = vocabulary_size
         self.num_encoder_layers = num_encoder_layers
         self.num_decoder_layers = num_decoder_layers
@@ -281,17 +284,24 @@ class TransformerBackbone(Backbone):
         `cache_update_index, …`.
 
         Args:
-            token_ids: `(batch, new_length)` target ids.
-            padding_mask: `(batch, new_length)`, or with a cache `(batch,
-                positions)` over absolute positions; `None` for no padding.
-            encoder_output: the encoder's output, or `None` when
+            token_ids: int tensor of shape `(batch, new_length)`. The target
+                ids.
+            padding_mask: tensor or None. `(batch, new_length)`, or with a
+                cache `(batch, positions)` over absolute positions; `None`
+                for no padding.
+            encoder_output: tensor of shape `(batch, source_length,
+                hidden_dim)` or None. The encoder's output, or `None` when
                 `encoder_key_values` is given.
-            encoder_padding_mask: `(batch, source_length)`.
-            cache: optional per-layer self-attention caches (see
+            encoder_padding_mask: tensor of shape `(batch, source_length)`.
+                True on real source tokens.
+            training: bool or None. Dropout on or off.
+            cache: tuple or None. Per-layer self-attention caches (see
                 `TransformerDecoderBlock`).
-            cache_update_index: position of the first new token.
-            encoder_key_values: optional per-layer cross-attention keys and
-                values (`decoder_layers[i].cross_attention.project_key_value`).
+            cache_update_index: int or int scalar tensor. The position of the
+                first new token.
+            encoder_key_values: tuple or None. Per-layer cross-attention keys
+                and values
+                (`decoder_layers[i].cross_attention.project_key_value`).
 
         Returns:
             `(batch, new_length, hidden_dim)`; with a cache, the tuple

@@ -37,11 +37,12 @@ class TransformerSeq2SeqLM(GenerativeTask):
     """Translates (or otherwise maps) a source sequence to a target sequence.
 
     Args:
-        backbone: a `TransformerBackbone`.
-        preprocessor: a `TransformerSeq2SeqLMPreprocessor`, so that `fit`
-            takes `(sources, targets)` text pairs and `generate` strings.
-        logits_bias: add a learned bias over the target vocabulary to the
-            logits (Marian's `final_logits_bias`; the paper has none).
+        backbone: `TransformerBackbone`. The encoder-decoder.
+        preprocessor: `TransformerSeq2SeqLMPreprocessor` or None. So that
+            `fit` takes `(sources, targets)` text pairs and `generate`
+            strings.
+        logits_bias: bool. Add a learned bias over the target vocabulary to
+            the logits (Marian's `final_logits_bias`; the paper has none).
 
     Inputs: the backbone's four features. Output: logits `(batch,
     target_length, target_vocabulary)` for the next target token at every

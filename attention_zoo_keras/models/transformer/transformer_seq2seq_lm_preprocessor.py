@@ -37,31 +37,34 @@ class TransformerSeq2SeqLMPreprocessor(TextPreprocessor):
     decoder inputs, with the next target tokens as labels.
 
     Args:
-        tokenizer: a `TransformerTokenizer`.
-        encoder_sequence_length: the most tokens an encoder input holds. A
-            longer source is truncated, keeping its final `</s>`.
-        decoder_sequence_length: the most tokens a decoder input (and its
-            labels) holds. A longer target is truncated to
+        tokenizer: `TransformerTokenizer`. The tokenizer.
+        encoder_sequence_length: int. The most tokens an encoder input
+            holds. A longer source is truncated, keeping its final `</s>`.
+        decoder_sequence_length: int. The most tokens a decoder input (and
+            its labels) holds. A longer target is truncated to
             `decoder_sequence_length - 1` tokens; the labels still end in
             `</s>` (as `transformers` truncates), the decoder inputs in the
             last kept target token.
-        decoder_start_token_id: the decoder's first input; `None` takes
-            `<pad>`, Marian's choice.
-        padding: `"buckets"` (default): the encoder inputs of a batch are
-            padded to the smallest bucket length that holds its longest
-            source (at most `encoder_sequence_length`), the decoder inputs
-            and labels likewise for the targets; `"max_length"`: to
-            `encoder_sequence_length` and `decoder_sequence_length`.
-        bucket_lengths: with `"buckets"`, the lengths to pad to; `None`
-            takes the powers of two from 16 (see `TextPreprocessor`).
+        decoder_start_token_id: int or None. The decoder's first input;
+            `None`: `<pad>`, Marian's choice.
+        padding: str or None. `"buckets"` (`None`, the default): the encoder
+            inputs of a batch are padded to the smallest bucket length that
+            holds its longest source (at most `encoder_sequence_length`), the
+            decoder inputs and labels likewise for the targets;
+            `"max_length"`: to `encoder_sequence_length` and
+            `decoder_sequence_length`.
+        bucket_lengths: list of int or None. With `"buckets"`, the lengths to
+            pad to; `None` takes the powers of two from 16 (see
+            `TextPreprocessor`).
 
     Call args:
-        x: `(sources, targets)`, two lists of strings of equal length, to
+        x: tuple of two lists of str, str, or list of str.
+            `(sources, targets)`, two lists of strings of equal length, to
             train or evaluate; the sources alone (a string or a list) to
             predict or generate, which gives the encoder features only.
-        y: must be `None`: the labels come from the targets.
-        sample_weight: optional per-example weights, multiplied into the
-            label weights.
+        y: None. Must be `None`: the labels come from the targets.
+        sample_weight: array of shape `(batch,)` or None. Per-example
+            weights, multiplied into the label weights.
 
     Call returns `(features, labels, sample_weight)` for `(sources,
     targets)`: `features` with `encoder_token_ids`, `encoder_padding_mask`

@@ -21,6 +21,7 @@ from keras import ops
 
 from attention_zoo_keras.attention.xl import xl_attention_mask
 from attention_zoo_keras.layers.adaptive_embedding import AdaptiveEmbedding
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.input_validation import check_id_range
@@ -127,31 +128,36 @@ class TransformerXLBackbone(Backbone):
     pre-norm relative-attention blocks with segment memory.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: number of blocks.
-        num_heads: attention heads per block.
-        hidden_dim: width of the hidden states (`d_model`).
-        head_dim: per-head size (`d_head`).
-        intermediate_dim: feed-forward width (`d_inner`).
-        mem_len: positions kept as memory per block (at least 1).
-        embedding_dim: adaptive input width of the first cluster
-            (`d_embed`); defaults to `hidden_dim`.
-        cutoffs: adaptive input cluster boundaries (`()` for one table).
-        div_val: each later cluster's width is divided by this.
-        clamp_len: distances beyond it share one encoding (0: no clamp).
-        same_length: every query attends to the same number of keys,
+        vocabulary_size: int. The number of token ids.
+        num_layers: int. The number of blocks.
+        num_heads: int. The attention heads per block.
+        hidden_dim: int. The width of the hidden states (`d_model`).
+        head_dim: int. The per-head size (`d_head`).
+        intermediate_dim: int. The feed-forward width (`d_inner`).
+        mem_len: int. The positions kept as memory per block (at least 1).
+        embedding_dim: int or None. The adaptive input width of the first
+            cluster (`d_embed`); `None`: `hidden_dim`.
+        cutoffs: tuple of int. The adaptive input cluster boundaries (`()`
+            for one table).
+        div_val: int. Each later cluster's width is divided by this.
+        clamp_len: int. Distances beyond it share one encoding (0: no
+            clamp).
+        same_length: bool. Every query attends to the same number of keys,
             `mem_len` (the window slides), instead of all earlier ones.
-        per_layer_biases: each block has its own u, v (`untie_r`), or
+        per_layer_biases: bool. Each block has its own u, v (`untie_r`), or
             all share one pair.
-        norm_first: pre-norm blocks (`pre_lnorm`).
-        dropout: dropout on embeddings, residual branches and the output.
-        attention_dropout: dropout on attention probabilities (`dropatt`).
-        layer_norm_epsilon: epsilon of every layer norm.
-        initializer_range: standard deviation of the normal initializers
-            of embeddings and kernels (`init_std`).
-        projection_initializer_range: that of the adaptive projections
-            (`proj_init_std`).
-        dtype: dtype policy of every layer.
+        norm_first: bool. Pre-norm blocks (`pre_lnorm`).
+        dropout: float. Dropout on embeddings, residual branches and the
+            output.
+        attention_dropout: float. Dropout on attention probabilities
+            (`dropatt`).
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        initializer_range: float. The standard deviation of the normal
+            initializers of embeddings and kernels (`init_std`).
+        projection_initializer_range: float. That of the adaptive
+            projections (`proj_init_std`).
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer.
 
     Inputs: a dict of `token_ids` `(batch, length)` int and `memory`
     `(batch, num_layers, memory_length, hidden_dim)`, `memory_length` from
@@ -215,6 +221,8 @@ class TransformerXLBackbone(Backbone):
         if clamp_len < 0:
             raise ValueError(f"clamp_len must be non-negative (0: no clamp); got {clamp_len}.")
         embedding_dim = embedding_dim or hidden_dim
+
+        # === Layers ===
         initializer = keras.initializers.RandomNormal(stddev=initializer_range)
         token_embedding = AdaptiveEmbedding(
             vocabulary_size,
@@ -233,26 +241,16 @@ class TransformerXLBackbone(Backbone):
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         positions_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="positions_dropout")
         output_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="output_dropout")
-        blocks = [
-            TransformerXLBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                head_dim=head_dim,
-                per_layer_biases=per_layer_biases,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=norm_first,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=f"transformer_layer_{index}",
-            )
-            for index in range(num_layers)
-        ]
+        blocks = block_stack(
+            TransformerXLBlock, num_layers, initializer, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            head_dim=head_dim, per_layer_biases=per_layer_biases, dropout=dropout, attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon, norm_first=norm_first, dtype=dtype,
+        )
         shared_biases = None
         if not per_layer_biases:
             shared_biases = SharedRelativeBiases(num_heads, head_dim, dtype=dtype, name="shared_biases")
 
+        # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         memory = keras.Input(shape=(num_layers, None, hidden_dim), name="memory")
 
@@ -284,6 +282,8 @@ class TransformerXLBackbone(Backbone):
         self.output_dropout = output_dropout
         self.transformer_layers = blocks
         self.shared_biases = shared_biases
+
+        # === Config ===
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.num_heads = num_heads

@@ -30,26 +30,37 @@ class TransformerXLBlock(TransformerEncoderBlock):
     """Relative self-attention with memory and a feed-forward network.
 
     Args:
-        per_layer_biases: whether this block has its own content and
+        num_heads: int. The attention heads.
+        intermediate_dim: int. The feed-forward width.
+        activation: str. The feed-forward activation (ReLU by default).
+        per_layer_biases: bool. Whether this block has its own content and
             position biases u, v (`untie_r`); otherwise the caller passes
             shared ones.
-        Others as `TransformerEncoderBlock` (the activation defaults to
-        ReLU; attention is always causal Transformer-XL attention).
+        **kwargs: The other arguments of `TransformerEncoderBlock`
+            (attention is always causal Transformer-XL attention).
 
     Call args:
-        x: `(batch, length, hidden_dim)`, the segment.
-        position_encodings: `(distances, hidden_dim)`, the sinusoidal
-            encodings of distances `0, 1, …` (clamped), one row per key
-            without a cache.
-        memory: `(batch, memory_length, hidden_dim)`, the previous
-            segment's inputs to this block (may be empty); `None` with a
-            cache.
-        attention_mask: boolean `(1 or batch, length, keys)`, e.g. the
-            `same_length` window (`attention.xl.xl_attention_mask`).
-        shared_biases: `(content_bias, position_bias)` when the biases are
-            shared, each `(num_heads, head_dim)`.
-        cache, cache_update_index: a key/value cache for decoding (see
+        x: tensor of shape `(batch, length, hidden_dim)`. The segment.
+        position_encodings: tensor of shape `(distances, hidden_dim)`. The
+            sinusoidal encodings of distances `0, 1, …` (clamped), one row
+            per key without a cache.
+        memory: tensor of shape `(batch, memory_length, hidden_dim)` or None.
+            The previous segment's inputs to this block (may be empty);
+            `None` with a cache.
+        attention_mask: bool tensor of shape `(1 or batch, length, keys)` or
+            None. E.g. the `same_length` window
+            (`attention.xl.xl_attention_mask`).
+        shared_biases: tuple of two tensors or None. `(content_bias,
+            position_bias)` when the biases are shared, each
+            `(num_heads, head_dim)`.
+        training: bool or None. Dropout on or off.
+        cache: tensor or None. A key/value cache for decoding (see
             `MultiHeadAttention`); the block then returns `(y, new_cache)`.
+        cache_update_index: int or int scalar tensor or None. The position
+            of the first new token in `cache`.
+        position_keys: tensor of shape `(distances, num_heads, head_dim)` or
+            None. `position_keys(position_encodings)`, computed once by the
+            caller; `None` computes it here.
 
     Example:
 

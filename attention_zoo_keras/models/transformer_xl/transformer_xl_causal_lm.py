@@ -115,14 +115,15 @@ class TransformerXLCausalLM(CausalLM):
     """Predicts the next token at every position, over any context length.
 
     Args:
-        backbone: a `TransformerXLBackbone`.
-        preprocessor: a `TransformerXLCausalLMPreprocessor` (so `fit`,
-            `evaluate` and `generate` take raw text).
-        tie_embeddings: the softmax's cluster tables are the adaptive input
-            embedding's (the paper's WikiText-103 model).
-        tie_projections: per cluster, whether its softmax projection is the
-            input embedding's; defaults to all but the first (`tie_projs`
-            of the WikiText-103 model).
+        backbone: `TransformerXLBackbone`. The decoder.
+        preprocessor: `TransformerXLCausalLMPreprocessor` or None. So `fit`,
+            `evaluate` and `generate` take raw text.
+        tie_embeddings: bool. The softmax's cluster tables are the adaptive
+            input embedding's (the paper's WikiText-103 model).
+        tie_projections: list of bool or None. Per cluster, whether its
+            softmax projection is the input embedding's; `None`: all but the
+            first with `tie_embeddings` (`tie_projs` of the WikiText-103
+            model), none without.
 
     Inputs: a dict of `token_ids` `(batch, length)` and optionally
     `reset_memory` `(batch,)` bool. Output: log-probabilities `(batch,
@@ -152,6 +153,8 @@ class TransformerXLCausalLM(CausalLM):
         if tie_projections is None:
             tie_projections = [False] + [True] * (num_clusters - 1) if tie_embeddings else [False] * num_clusters
         tie_projections = [bool(tie) for tie in tie_projections]
+
+        # === Layers ===
         head = AdaptiveLogSoftmax(
             backbone.vocabulary_size,
             backbone.embedding_dim,
@@ -172,6 +175,8 @@ class TransformerXLCausalLM(CausalLM):
             dtype=backbone.dtype_policy, name="read_memory",
         )
         write_memory = WriteStreamMemory(streams, name="write_memory")
+
+        # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         reset_memory = keras.Input(shape=(), dtype="bool", name="reset_memory", optional=True)
         outputs = backbone({"token_ids": token_ids, "memory": read_memory(token_ids, reset_memory)})
@@ -184,6 +189,8 @@ class TransformerXLCausalLM(CausalLM):
             **kwargs,
         )
         self.lm_head = head
+
+        # === Config ===
         self.tie_embeddings = tie_embeddings
         self.tie_projections = tie_projections
         self._stream_memory = []
@@ -245,12 +252,13 @@ class TransformerXLCausalLM(CausalLM):
         """One segment with an explicit memory.
 
         Args:
-            token_ids: `(batch, length)`.
-            memory: `(batch, num_layers, memory_length, hidden_dim)` from
-                the previous segment; `None` starts from `mem_len` zero
-                vectors (as `transformers` does; pass
-                `backbone.initial_memory(batch, 0)` for the authors' empty
-                memory).
+            token_ids: int tensor of shape `(batch, length)`. The segment.
+            memory: tensor of shape `(batch, num_layers, memory_length,
+                hidden_dim)` or None. From the previous segment; `None`
+                starts from `mem_len` zero vectors (as `transformers` does;
+                pass `backbone.initial_memory(batch, 0)` for the authors'
+                empty memory).
+            training: bool. Dropout on or off.
 
         Returns:
             A dict of `log_probabilities` `(batch, length, vocabulary)`,

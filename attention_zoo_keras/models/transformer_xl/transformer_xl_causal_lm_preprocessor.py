@@ -24,10 +24,11 @@ def stream_segments(stream, batch_size, segment_length, pad_id=0):
     """Ordered segment batches of a 1-D token stream (see the module docstring).
 
     Args:
-        stream: 1-D ints, the whole text.
-        batch_size: number of parallel streams (rows of every batch).
-        segment_length: inputs per segment, `T`.
-        pad_id: id that pads the last segment (weight 0).
+        stream: 1-D int array. The whole text.
+        batch_size: int. The number of parallel streams (rows of every
+            batch).
+        segment_length: int. The inputs per segment, `T`.
+        pad_id: int. The id that pads the last segment (weight 0).
 
     Returns:
         `(features, labels, sample_weight)`: `features` a dict of
@@ -79,10 +80,10 @@ class TransformerXLCausalLMPreprocessor(TextPreprocessor):
     """Raw text to a Transformer-XL token stream and its ordered segments.
 
     Args:
-        tokenizer: a `TransformerXLTokenizer`.
-        sequence_length: inputs per segment (`tgt_len`).
-        add_end_token: end every text with `<eos>`, as WikiText-103 ends
-            every line.
+        tokenizer: `TransformerXLTokenizer`. The tokenizer.
+        sequence_length: int. The inputs per segment (`tgt_len`).
+        add_end_token: bool. End every text with `<eos>`, as WikiText-103
+            ends every line.
 
     Example:
 

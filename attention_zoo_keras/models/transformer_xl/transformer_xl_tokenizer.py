@@ -269,7 +269,7 @@ class TransformerXLTokenizer(Tokenizer):
     `tokenizer.json` (`from_file`, `from_source`).
 
     Args:
-        tokenizer: a `tokenizers.Tokenizer` whose vocabulary has `<unk>` and
+        tokenizer: `tokenizers.Tokenizer`. Its vocabulary has `<unk>` and
             `<eos>`.
 
     Example:
@@ -315,8 +315,8 @@ class TransformerXLTokenizer(Tokenizer):
         index), which must include `<unk>` and `<eos>`.
 
         Args:
-            symbols: a sequence of distinct strings.
-            lower_case: lower-case texts before splitting them (as the
+            symbols: sequence of str. Distinct strings.
+            lower_case: bool. Lower-case texts before splitting them (as the
                 vocabulary's `lower_case` says; `False` for WikiText-103).
         """
         if isinstance(symbols, (str, bytes, Path)):

@@ -25,6 +25,7 @@ the region features, and is the region the visual pooler reads.
 import keras
 from keras import ops
 
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.co_attention import CoAttentionBlock
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
@@ -36,28 +37,11 @@ from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.input_validation import check_mask
 from attention_zoo_keras.models.input_validation import check_token_inputs
 from attention_zoo_keras.models.input_validation import concrete_shape
+from attention_zoo_keras.models.vilbert.vilbert_co_attention_schedule import check_co_attention_schedule
+from attention_zoo_keras.models.vilbert.vilbert_co_attention_schedule import run_co_attention_schedule
 from attention_zoo_keras.registration import register
 
 BOX_DIM = 5
-
-
-def check_co_attention_schedule(co_attention_text_layers, co_attention_visual_layers, num_layers, visual_num_layers):
-    """Raises unless both schedules are equally long, non-decreasing and
-    within the streams' numbers of layers."""
-    text, visual = list(co_attention_text_layers), list(co_attention_visual_layers)
-    if len(text) != len(visual):
-        raise ValueError(
-            "co_attention_text_layers and co_attention_visual_layers must be equally long (one entry "
-            f"per co-attention layer); got {text} and {visual}."
-        )
-    for name, schedule, total in (
-        ("co_attention_text_layers", text, num_layers),
-        ("co_attention_visual_layers", visual, visual_num_layers),
-    ):
-        if any(b < a for a, b in zip(schedule, schedule[1:])) or any(not 0 <= s <= total for s in schedule):
-            raise ValueError(
-                f"{name} must be non-decreasing layer counts between 0 and {total}; got {schedule}."
-            )
 
 
 @register
@@ -66,42 +50,50 @@ class ViLBERTBackbone(Backbone):
     BERT layers in each stream, co-attention layers between them, two poolers.
 
     Args:
-        vocabulary_size: number of token ids.
-        num_layers: text-stream BERT layers.
-        num_heads: attention heads of the text layers.
-        hidden_dim: width of the text stream.
-        intermediate_dim: feed-forward width of the text stream (also in the
-            co-attention layers).
-        region_feature_dim: width of the input region features (2048 for the
-            authors' Faster R-CNN features).
-        visual_num_layers: visual-stream BERT layers.
-        visual_num_heads: attention heads of the visual layers.
-        visual_hidden_dim: width of the visual stream.
-        visual_intermediate_dim: feed-forward width of the visual stream.
-        co_attention_dim: width of the co-attention queries, keys and values,
-            and of both pooled outputs.
-        co_attention_num_heads: heads of each co-attention.
-        co_attention_text_layers: for each co-attention layer, how many text
-            layers run before it (a cumulative count).
-        co_attention_visual_layers: the same for the visual layers.
-        dropout: dropout on the text stream's residual branches, and on both
-            embeddings (the authors' region embeddings use the text rate).
-        attention_dropout: dropout on attention probabilities over tokens.
-        visual_dropout: dropout on the visual stream's residual branches.
-        visual_attention_dropout: dropout on attention probabilities over
-            regions.
-        max_sequence_length: number of learned text positions.
-        num_segments: number of segment (token type) ids.
-        activation: feed-forward activation of the text stream.
-        visual_activation: feed-forward activation of the visual stream.
-        layer_norm_epsilon: epsilon of every layer norm.
-        initializer_range: standard deviation of the truncated-normal init.
-        num_task_tokens: with a positive count, the model takes `task_ids`
+        vocabulary_size: int. The number of token ids.
+        num_layers: int. The text-stream BERT layers.
+        num_heads: int. The attention heads of the text layers.
+        hidden_dim: int. The width of the text stream.
+        intermediate_dim: int. The feed-forward width of the text stream
+            (also in the co-attention layers).
+        region_feature_dim: int. The width of the input region features
+            (2048 for the authors' Faster R-CNN features).
+        visual_num_layers: int. The visual-stream BERT layers.
+        visual_num_heads: int. The attention heads of the visual layers.
+        visual_hidden_dim: int. The width of the visual stream.
+        visual_intermediate_dim: int. The feed-forward width of the visual
+            stream.
+        co_attention_dim: int. The width of the co-attention queries, keys
+            and values, and of both pooled outputs.
+        co_attention_num_heads: int. The heads of each co-attention.
+        co_attention_text_layers: list of int. For each co-attention layer,
+            how many text layers run before it (a cumulative count).
+        co_attention_visual_layers: list of int. The same for the visual
+            layers.
+        dropout: float. Dropout on the text stream's residual branches, and
+            on both embeddings (the authors' region embeddings use the text
+            rate).
+        attention_dropout: float. Dropout on attention probabilities over
+            tokens.
+        visual_dropout: float. Dropout on the visual stream's residual
+            branches.
+        visual_attention_dropout: float. Dropout on attention probabilities
+            over regions.
+        max_sequence_length: int. The number of learned text positions.
+        num_segments: int. The number of segment (token type) ids.
+        activation: str. The feed-forward activation of the text stream.
+        visual_activation: str. The feed-forward activation of the visual
+            stream.
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        initializer_range: float. The standard deviation of the
+            truncated-normal init.
+        num_task_tokens: int. With a positive count, the model takes `task_ids`
             and inserts that task's learned embedding after `[CLS]` (no
             position or segment embedding added to it), as the authors'
             multi-task model (Lu et al., 2020, "12-in-1") does with 20
             task tokens; the text outputs are then one position longer.
-        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer, e.g. `"bfloat16"`.
 
     Names of the authors' `BertConfig` (facebookresearch/vilbert-multi-task):
     `num_layers` = `num_hidden_layers`, `visual_num_layers` =
@@ -183,6 +175,8 @@ class ViLBERTBackbone(Backbone):
         check_co_attention_schedule(
             co_attention_text_layers, co_attention_visual_layers, num_layers, visual_num_layers
         )
+
+        # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
 
         def embedding(count, name):
@@ -200,20 +194,6 @@ class ViLBERTBackbone(Backbone):
         def layer_norm(name):
             return LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name=name)
 
-        def encoder_block(heads, inner, act, rate, attention_rate, name):
-            return TransformerEncoderBlock(
-                num_heads=heads,
-                intermediate_dim=inner,
-                activation=act,
-                dropout=rate,
-                attention_dropout=attention_rate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=False,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=name,
-            )
-
         token_embedding = embedding(vocabulary_size, "token_embedding")
         position_embedding = PositionEmbedding(
             max_sequence_length, hidden_dim, initializer=clone_initializer(initializer),
@@ -226,39 +206,39 @@ class ViLBERTBackbone(Backbone):
         box_embedding = dense(visual_hidden_dim, "box_embedding")
         visual_embeddings_norm = layer_norm("visual_embeddings_norm")
         visual_embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="visual_embeddings_dropout")
-        text_blocks = [
-            encoder_block(num_heads, intermediate_dim, activation, dropout, attention_dropout, f"transformer_layer_{i}")
-            for i in range(num_layers)
-        ]
-        visual_blocks = [
-            encoder_block(
-                visual_num_heads, visual_intermediate_dim, visual_activation, visual_dropout,
-                visual_attention_dropout, f"visual_transformer_layer_{i}",
-            )
-            for i in range(visual_num_layers)
-        ]
-        co_attention_blocks = [
-            CoAttentionBlock(
-                num_heads=co_attention_num_heads,
-                co_attention_dim=co_attention_dim,
-                text_intermediate_dim=intermediate_dim,
-                visual_intermediate_dim=visual_intermediate_dim,
-                text_activation=activation,
-                visual_activation=visual_activation,
-                text_dropout=dropout,
-                visual_dropout=visual_dropout,
-                text_attention_dropout=attention_dropout,
-                visual_attention_dropout=visual_attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=f"co_attention_layer_{i}",
-            )
-            for i in range(len(co_attention_text_layers))
-        ]
+        text_blocks = block_stack(
+            TransformerEncoderBlock, num_layers, initializer, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            activation=activation, dropout=dropout, attention_dropout=attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon, dtype=dtype,
+        )
+        visual_blocks = block_stack(
+            TransformerEncoderBlock, visual_num_layers, initializer, name="visual_transformer_layer",
+            num_heads=visual_num_heads, intermediate_dim=visual_intermediate_dim, activation=visual_activation,
+            dropout=visual_dropout, attention_dropout=visual_attention_dropout, layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
+        )
+        co_attention_blocks = block_stack(
+            CoAttentionBlock,
+            len(co_attention_text_layers),
+            initializer,
+            name="co_attention_layer",
+            num_heads=co_attention_num_heads,
+            co_attention_dim=co_attention_dim,
+            text_intermediate_dim=intermediate_dim,
+            visual_intermediate_dim=visual_intermediate_dim,
+            text_activation=activation,
+            visual_activation=visual_activation,
+            text_dropout=dropout,
+            visual_dropout=visual_dropout,
+            text_attention_dropout=attention_dropout,
+            visual_attention_dropout=visual_attention_dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
+        )
         pooler = dense(co_attention_dim, "pooler", activation="relu")
         visual_pooler = dense(co_attention_dim, "visual_pooler", activation="relu")
 
+        # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
@@ -286,21 +266,10 @@ class ViLBERTBackbone(Backbone):
         text_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
         visual_mask = ops.expand_dims(ops.cast(region_mask, "bool"), axis=1)
 
-        text_start = visual_start = 0
-        schedule = zip(co_attention_text_layers, co_attention_visual_layers, co_attention_blocks)
-        for text_end, visual_end, co_attention in schedule:
-            for block in text_blocks[text_start:text_end]:
-                text = block(text, attention_mask=text_mask)
-            for block in visual_blocks[visual_start:visual_end]:
-                visual = block(visual, attention_mask=visual_mask)
-            text, visual = co_attention(
-                text, visual, text_attention_mask=text_mask, visual_attention_mask=visual_mask
-            )
-            text_start, visual_start = text_end, visual_end
-        for block in text_blocks[text_start:]:
-            text = block(text, attention_mask=text_mask)
-        for block in visual_blocks[visual_start:]:
-            visual = block(visual, attention_mask=visual_mask)
+        text, visual = run_co_attention_schedule(
+            text, visual, text_mask, visual_mask, (text_blocks, visual_blocks, co_attention_blocks),
+            (co_attention_text_layers, co_attention_visual_layers),
+        )
         pooled = pooler(text[:, 0, :])
         visual_pooled = visual_pooler(visual[:, 0, :])
 
@@ -316,6 +285,8 @@ class ViLBERTBackbone(Backbone):
             **kwargs,
         )
         self.token_embedding = token_embedding
+
+        # === Config ===
         self.vocabulary_size = vocabulary_size
         self.num_layers = num_layers
         self.num_heads = num_heads

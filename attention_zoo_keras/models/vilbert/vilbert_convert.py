@@ -1,6 +1,7 @@
 """Maps the ViLBERT authors' checkpoints (facebookresearch/vilbert-multi-task,
 `vilbert/vilbert.py`: `BertModel`, held as `bert` by `VILBertForVLTasks` and
-`BertForMultiModalPreTraining`) onto `ViLBERTBackbone`.
+`BertForMultiModalPreTraining`) onto `ViLBERTBackbone`, and their heads
+(`cls`, `vil_prediction`, `vil_logit`, `vision_logit`) onto the task heads.
 
 Their checkpoints are torch `state_dict`s, not `transformers` repos, so no
 converter is registered; the functions here take the `state_dict` (as numpy
@@ -38,8 +39,9 @@ def vilbert_backbone_config(authors_config):
     """`ViLBERTBackbone` arguments from the authors' `BertConfig` as a dict.
 
     Args:
-        authors_config: the authors' config (`bert_base_6layer_6conect.json`
-            and the like), with their key names.
+        authors_config: dict. The authors' config
+            (`bert_base_6layer_6conect.json` and the like), with their key
+            names.
 
     Returns:
         A dict of `ViLBERTBackbone` arguments.
@@ -114,10 +116,10 @@ def vilbert_arrays(state_dict, config):
     """`ViLBERTBackbone` variable keys → arrays from the authors' `state_dict`.
 
     Args:
-        state_dict: `{name: numpy array}` with the authors' parameter names,
-            with or without the `bert.` prefix (the heads' parameters are
-            ignored).
-        config: the authors' `BertConfig` as a dict (layer counts).
+        state_dict: dict. `{name: numpy array}` with the authors' parameter
+            names, with or without the `bert.` prefix (the heads' parameters
+            are ignored).
+        config: dict. The authors' `BertConfig` (layer counts).
 
     Returns:
         A dict for `ViLBERTBackbone.assign_arrays`.
@@ -151,3 +153,114 @@ def vilbert_arrays(state_dict, config):
     copy_dense(arrays, "pooler", f"{prefix}t_pooler.dense", state_dict)
     copy_dense(arrays, "visual_pooler", f"{prefix}v_pooler.dense", state_dict)
     return arrays
+
+
+def vilbert_pretraining_head_arrays(state_dict):
+    """`ViLBERTPretrainer` head keys → arrays from the authors' `state_dict`
+    (`BertForMultiModalPreTraining` or `VILBertForVLTasks`, both hold the
+    heads as `cls`).
+
+    `cls.predictions.decoder.weight` is the word embedding matrix (tied), so
+    only its bias is read; `cls.imagePredictions` is the region head,
+    `cls.bi_seq_relationship` the alignment head.
+
+    Args:
+        state_dict: dict. `{name: numpy array}` with the authors' names.
+
+    Returns:
+        dict. Head keys → arrays; merge it with `vilbert_arrays(...)` for
+        `ViLBERTPretrainer.assign_arrays`.
+
+    Raises:
+        ValueError: if the state_dict lacks the pretraining heads.
+    """
+    if "cls.bi_seq_relationship.weight" not in state_dict:
+        raise ValueError(
+            "This state_dict has no 'cls.bi_seq_relationship.weight'; it holds no ViLBERT pretraining heads."
+        )
+    arrays = {}
+    copy_dense(arrays, "mlm_head/transform", "cls.predictions.transform.dense", state_dict)
+    copy_layer_norm(arrays, "mlm_head/transform_norm", "cls.predictions.transform.LayerNorm", state_dict)
+    arrays["mlm_head/output_bias"] = state_dict["cls.predictions.bias"]
+    copy_dense(arrays, "region_head_transform", "cls.imagePredictions.transform.dense", state_dict)
+    copy_layer_norm(arrays, "region_head_norm", "cls.imagePredictions.transform.LayerNorm", state_dict)
+    copy_dense(arrays, "region_logits", "cls.imagePredictions.decoder", state_dict)
+    copy_dense(arrays, "alignment_logits", "cls.bi_seq_relationship", state_dict)
+    return arrays
+
+
+def vilbert_vqa_head_arrays(state_dict, head="vil_prediction"):
+    """`ViLBERTVisualQuestionAnswerer` head keys → arrays from the authors'
+    `state_dict` (`VILBertForVLTasks`).
+
+    Their `SimpleClassifier` is `logit_fc = Sequential(Linear, GeLU,
+    BertLayerNorm, Linear)`, so its parameters are `logit_fc.0` (first
+    linear), `logit_fc.2` (layer norm) and `logit_fc.3` (answer logits).
+
+    Args:
+        state_dict: dict. `{name: numpy array}` with the authors' names.
+        head: str. `"vil_prediction"` (VQA, 3129 answers) or
+            `"vil_prediction_gqa"` (GQA, 1533 answers), same structure.
+
+    Returns:
+        dict. Head keys → arrays; merge it with `vilbert_arrays(...)` for
+        `ViLBERTVisualQuestionAnswerer.assign_arrays`.
+
+    Raises:
+        ValueError: if the state_dict lacks that head.
+
+    Example:
+
+    >>> import numpy as np
+    >>> sd = {"vil_prediction.logit_fc.0.weight": np.zeros((8, 4)), "vil_prediction.logit_fc.0.bias": np.zeros(8),
+    ...       "vil_prediction.logit_fc.2.weight": np.ones(8), "vil_prediction.logit_fc.2.bias": np.zeros(8),
+    ...       "vil_prediction.logit_fc.3.weight": np.zeros((5, 8)), "vil_prediction.logit_fc.3.bias": np.zeros(5)}
+    >>> {k: v.shape for k, v in sorted(vilbert_vqa_head_arrays(sd).items())}["vqa_hidden/kernel"]
+    (4, 8)
+    """
+    theirs = f"{head}.logit_fc"
+    if f"{theirs}.0.weight" not in state_dict:
+        raise ValueError(f"This state_dict has no '{theirs}.0.weight'; it holds no ViLBERT '{head}' head.")
+    arrays = {}
+    copy_dense(arrays, "vqa_hidden", f"{theirs}.0", state_dict)
+    copy_layer_norm(arrays, "vqa_hidden_norm", f"{theirs}.2", state_dict)
+    copy_dense(arrays, "vqa_logits", f"{theirs}.3", state_dict)
+    return arrays
+
+
+def _linear_head_arrays(state_dict, ours, theirs, head):
+    """A head that is one of their `nn.Linear`s onto one `Dense`; raises a
+    `ValueError` naming the `head` when the state_dict lacks it."""
+    if f"{theirs}.weight" not in state_dict:
+        raise ValueError(f"This state_dict has no '{theirs}.weight'; it holds no ViLBERT {head} head.")
+    arrays = {}
+    copy_dense(arrays, ours, theirs, state_dict)
+    return arrays
+
+
+def vilbert_retrieval_head_arrays(state_dict):
+    """`ViLBERTImageTextRetriever` head arrays from the authors' `vil_logit`,
+    their `Linear(bi_hidden_size, 1)` on the fused pooled outputs
+    (`VILBertForVLTasks`); merge them with `vilbert_arrays(...)`.
+
+    Args:
+        state_dict: dict. `{name: numpy array}` with the authors' names;
+            a `ValueError` if it has no `vil_logit`.
+    """
+    return _linear_head_arrays(state_dict, "retrieval_score", "vil_logit", "retrieval")
+
+
+def vilbert_region_scorer_head_arrays(state_dict):
+    """`ViLBERTRegionScorer` head arrays from the authors' `vision_logit`.
+
+    Args:
+        state_dict: dict. `{name: numpy array}` with the authors' names.
+
+    Returns:
+        dict. `region_score`'s kernel and bias, their `Linear(v_hidden_size, 1)`
+        on every region's final visual state.
+
+    Raises:
+        ValueError: if the state_dict lacks that head.
+    """
+    return _linear_head_arrays(state_dict, "region_score", "vision_logit", "region-scoring")

@@ -17,9 +17,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attention_zoo_keras.hub.converters import copy_dense
-from attention_zoo_keras.layers.fused_keras_layers import Dense
-from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.input_validation import concrete_shape
 from attention_zoo_keras.models.task import Task
@@ -64,11 +62,11 @@ class ViLBERTImageTextRetriever(Task):
     compete in a softmax.
 
     Args:
-        backbone: a `ViLBERTBackbone`.
-        fusion: `"mul"` (the authors' default) or `"sum"`.
-        dropout: dropout on the fused vector (0.1, as the authors').
-        preprocessor: a `ViLBERTRetrievalPreprocessor` (raw queries and
-            their candidates in).
+        backbone: `ViLBERTBackbone`. The two-stream encoder.
+        fusion: str. `"mul"` (the authors' default) or `"sum"`.
+        dropout: float. Dropout on the fused vector (0.1, as the authors').
+        preprocessor: `ViLBERTRetrievalPreprocessor` or None. Raw queries
+            and their candidates in.
 
     Inputs: the backbone's features with a candidates axis after the batch
     axis: `token_ids`, `segment_ids`, `padding_mask` `(batch, candidates,
@@ -113,10 +111,10 @@ class ViLBERTImageTextRetriever(Task):
             for name, tensor in backbone.input.items()
         }
         pairs = {name: MergeCandidates(dtype=dtype, name=f"merge_{name}")(value) for name, value in inputs.items()}
-        fused = fuse_pooled_outputs(backbone(pairs), fusion, dropout, dtype, name="retrieval")
-        scores = Dense(
-            1, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="retrieval_score"
-        )(fused)
+        fused = fuse_pooled_outputs(backbone(pairs), fusion, dtype, name="retrieval")
+        scores = classification_head(
+            fused, 1, dropout, initializer, dtype=dtype, name="retrieval", output_name="retrieval_score"
+        )
         scores = SplitCandidates(dtype=dtype, name="retrieval_scores")(scores, inputs["token_ids"])
         super().__init__(inputs=inputs, outputs=scores, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.fusion = fusion
@@ -162,16 +160,3 @@ class ViLBERTImageTextRetriever(Task):
         config.update({"fusion": self.fusion, "dropout": self.dropout})
         return config
 
-
-def vilbert_retrieval_head_arrays(state_dict):
-    """`ViLBERTImageTextRetriever` head keys → arrays from the authors'
-    `state_dict` (`VILBertForVLTasks.vil_logit`, a `Linear(bi_hidden_size, 1)`).
-
-    Raises:
-        ValueError: if the state_dict lacks that head.
-    """
-    if "vil_logit.weight" not in state_dict:
-        raise ValueError("This state_dict has no 'vil_logit.weight'; it holds no ViLBERT retrieval head.")
-    arrays = {}
-    copy_dense(arrays, "retrieval_score", "vil_logit", state_dict)
-    return arrays

@@ -27,28 +27,31 @@ class ViLBERTPreprocessor(Preprocessor):
     """Texts and detector regions to a `ViLBERTBackbone`'s feature dict.
 
     Args:
-        tokenizer: a `BertTokenizer` (the authors use bert-base-uncased's).
-        sequence_length: the most tokens a text holds (longer texts are
+        tokenizer: `BertTokenizer`. The authors use bert-base-uncased's.
+        sequence_length: int. The most tokens a text holds (longer texts are
             truncated).
-        max_regions: region slots per image, the global region included
-            (the authors' `max_region_num`, 101: 100 boxes and the image).
-        task_id: for a backbone with task tokens (the authors' multi-task
-            model), the task every example is for (their `task_id`: 1 VQA,
-            8 Flickr30k retrieval, 11 RefCOCO, 15 GQA, ...); adds `task_ids`.
-        padding: how wide a batch of texts is padded, as in
+        max_regions: int. The region slots per image, the global region
+            included (the authors' `max_region_num`, 101: 100 boxes and the
+            image).
+        task_id: int or None. For a backbone with task tokens (the authors'
+            multi-task model), the task every example is for (their
+            `task_id`: 1 VQA, 8 Flickr30k retrieval, 11 RefCOCO, 15 GQA,
+            ...); adds `task_ids`.
+        padding: str or None. How wide a batch of texts is padded, as in
             `BertPreprocessor` (by default to the smallest power of two from
             16 that holds the longest text, at most `sequence_length`).
-        bucket_lengths: the widths a batch may be padded to, as in
-            `BertPreprocessor`.
+        bucket_lengths: list of int or None. The widths a batch may be
+            padded to, as in `BertPreprocessor`.
 
     Call args:
-        x: a dict with `"text"` (a string or a list of strings),
+        x: dict. `"text"` (a string or a list of strings),
             `"regions"` (per image, an `(n, feature_dim)` array of detector
             features: a list, or one `(batch, n, feature_dim)` array),
             `"boxes"` (per image, `(n, 4)` pixel boxes `x1, y1, x2, y2`) and
             `"image_size"` (`(height, width)` of every image, or a list of
             one per image).
-        y, sample_weight: passed through.
+        y: any or None. Passed through.
+        sample_weight: any or None. Passed through.
 
     Example:
 
@@ -157,14 +160,15 @@ class ViLBERTRetrievalPreprocessor(ViLBERTPreprocessor):
     Args: as `ViLBERTPreprocessor`.
 
     Call args:
-        x: a dict like `ViLBERTPreprocessor`'s, one entry per example:
+        x: dict. Like `ViLBERTPreprocessor`'s, one entry per example:
             `"text"`: a string (shared by the candidates) or a list of
             candidate strings; `"regions"` and `"boxes"`: one image's
             `(n, dim)` / `(n, 4)` arrays (shared) or a list of candidate
             images' arrays; `"image_size"`: one `(height, width)` for all,
             or per example one pair or a list of one per candidate.
-        y, sample_weight: passed through (`y`: the index of the matching
-            candidate).
+        y: array of int or None. Passed through: the index
+            of the matching candidate.
+        sample_weight: any or None. Passed through.
 
     Example:
 

@@ -26,9 +26,8 @@ head's transform uses the text activation (`hidden_act`), as the authors'
 import keras
 import numpy as np
 
-from attention_zoo_keras.hub.converters import copy_dense
-from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.layers.activations import get_activation
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
@@ -56,15 +55,15 @@ class ViLBERTPretrainer(Task):
     (against the detector's class distribution), image-text alignment.
 
     Args:
-        backbone: a `ViLBERTBackbone`.
-        num_region_classes: classes of the detector whose distributions the
-            masked regions predict (1601 for the authors' Visual Genome
-            Faster R-CNN: `v_target_size`).
-        fusion: how the alignment head joins the pooled outputs, `"mul"` (the
-            authors' default) or `"sum"`.
-        dropout: dropout on the fused vector (0.1, as the authors').
-        preprocessor: a `ViLBERTPretrainerPreprocessor` (masks raw captions
-            and regions and draws mismatched captions for `fit`).
+        backbone: `ViLBERTBackbone`. The two-stream encoder.
+        num_region_classes: int. The classes of the detector whose
+            distributions the masked regions predict (1601 for the authors'
+            Visual Genome Faster R-CNN: `v_target_size`).
+        fusion: str. How the alignment head joins the pooled outputs,
+            `"mul"` (the authors' default) or `"sum"`.
+        dropout: float. Dropout on the fused vector (0.1, as the authors').
+        preprocessor: `ViLBERTPretrainerPreprocessor` or None. Masks raw
+            captions and regions and draws mismatched captions for `fit`.
 
     Inputs: the backbone's feature dict plus `mask_positions` `(batch, P)`,
     the text positions to predict. Outputs: a dict of `token_logits`
@@ -126,10 +125,7 @@ class ViLBERTPretrainer(Task):
         initializer = keras.initializers.TruncatedNormal(stddev=backbone.initializer_range)
         dtype = backbone.dtype_policy
 
-        inputs = dict(backbone.input)
-        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
-        outputs = backbone({name: value for name, value in inputs.items() if name != "mask_positions"})
-
+        # === Layers ===
         token_head = MaskedLMHead(
             backbone.token_embedding,
             activation=backbone.activation,
@@ -138,25 +134,26 @@ class ViLBERTPretrainer(Task):
             dtype=dtype,
             name="mlm_head",
         )
-        token_logits = token_head(outputs["sequence_output"], inputs["mask_positions"])
-
-        region_hidden = Dense(
+        region_transform = Dense(
             backbone.visual_hidden_dim, activation=get_activation(backbone.activation),
             kernel_initializer=clone_initializer(initializer), dtype=dtype, name="region_head_transform",
-        )(outputs["visual_sequence_output"])
-        region_hidden = LayerNormalization(
-            epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="region_head_norm"
-        )(region_hidden)
-        region_logits = Dense(
+        )
+        region_norm = LayerNormalization(epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="region_head_norm")
+        region_output = Dense(
             num_region_classes, kernel_initializer=clone_initializer(initializer), dtype=dtype,
             name="region_logits",
-        )(region_hidden)
+        )
 
-        fused = fuse_pooled_outputs(outputs, fusion, dropout, dtype, name="alignment")
-        alignment_logits = Dense(
-            2, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="alignment_logits",
-        )(fused)
-
+        # === Functional Model ===
+        inputs = dict(backbone.input)
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        outputs = backbone({name: value for name, value in inputs.items() if name != "mask_positions"})
+        token_logits = token_head(outputs["sequence_output"], inputs["mask_positions"])
+        region_logits = region_output(region_norm(region_transform(outputs["visual_sequence_output"])))
+        alignment_logits = classification_head(
+            fuse_pooled_outputs(outputs, fusion, dtype, name="alignment"), 2, dropout, initializer, dtype=dtype,
+            name="alignment", output_name="alignment_logits",
+        )
         super().__init__(
             inputs=inputs,
             outputs={
@@ -169,6 +166,8 @@ class ViLBERTPretrainer(Task):
             **kwargs,
         )
         self.mlm_head = token_head
+
+        # === Config ===
         self.num_region_classes = num_region_classes
         self.fusion = fusion
         self.dropout = dropout
@@ -214,36 +213,3 @@ class ViLBERTPretrainer(Task):
         )
         return config
 
-
-def vilbert_pretraining_head_arrays(state_dict):
-    """`ViLBERTPretrainer` head keys → arrays from the authors' `state_dict`
-    (`BertForMultiModalPreTraining` or `VILBertForVLTasks`, both hold the
-    heads as `cls`).
-
-    `cls.predictions.decoder.weight` is the word embedding matrix (tied), so
-    only its bias is read; `cls.imagePredictions` is the region head,
-    `cls.bi_seq_relationship` the alignment head.
-
-    Args:
-        state_dict: `{name: numpy array}` with the authors' names.
-
-    Returns:
-        A dict of head keys; merge it with `vilbert_arrays(...)` for
-        `ViLBERTPretrainer.assign_arrays`.
-
-    Raises:
-        ValueError: if the state_dict lacks the pretraining heads.
-    """
-    if "cls.bi_seq_relationship.weight" not in state_dict:
-        raise ValueError(
-            "This state_dict has no 'cls.bi_seq_relationship.weight'; it holds no ViLBERT pretraining heads."
-        )
-    arrays = {}
-    copy_dense(arrays, "mlm_head/transform", "cls.predictions.transform.dense", state_dict)
-    copy_layer_norm(arrays, "mlm_head/transform_norm", "cls.predictions.transform.LayerNorm", state_dict)
-    arrays["mlm_head/output_bias"] = state_dict["cls.predictions.bias"]
-    copy_dense(arrays, "region_head_transform", "cls.imagePredictions.transform.dense", state_dict)
-    copy_layer_norm(arrays, "region_head_norm", "cls.imagePredictions.transform.LayerNorm", state_dict)
-    copy_dense(arrays, "region_logits", "cls.imagePredictions.decoder", state_dict)
-    copy_dense(arrays, "alignment_logits", "cls.bi_seq_relationship", state_dict)
-    return arrays

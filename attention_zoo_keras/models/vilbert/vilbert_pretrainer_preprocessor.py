@@ -35,28 +35,34 @@ class ViLBERTPretrainerPreprocessor(ViLBERTPreprocessor):
     """Captioned images to masked, partly mismatched pretraining batches.
 
     Args:
-        tokenizer: a `BertTokenizer`.
-        sequence_length: padded length of every caption.
-        max_regions: region slots per image, the global region included.
-        mask_selection_rate: share of the caption's tokens to predict.
-        mask_selection_length: the most predicted tokens per caption
-            (default: `sequence_length × mask_selection_rate`, rounded).
-        mask_token_rate: of the selected tokens, the share replaced by
-            `[MASK]`.
-        random_token_rate: of the selected tokens, the share replaced by a
-            random token.
-        region_mask_rate: share of the detected regions to predict.
-        region_zero_rate: of those, the share whose features are zeroed.
-        mismatch_rate: share of captions swapped for another example's.
-        seed: seed of all the randomness.
-        padding: how wide a batch of captions is padded (see
+        tokenizer: `BertTokenizer`. The tokenizer.
+        sequence_length: int. The padded length of every caption.
+        max_regions: int. The region slots per image, the global region
+            included.
+        mask_selection_rate: float. The share of the caption's tokens to
+            predict.
+        mask_selection_length: int or None. The most predicted tokens per
+            caption (`None`: `sequence_length × mask_selection_rate`,
+            rounded).
+        mask_token_rate: float. Of the selected tokens, the share replaced
+            by `[MASK]`.
+        random_token_rate: float. Of the selected tokens, the share replaced
+            by a random token.
+        region_mask_rate: float. The share of the detected regions to
+            predict.
+        region_zero_rate: float. Of those, the share whose features are
+            zeroed.
+        mismatch_rate: float. The share of captions swapped for another
+            example's.
+        seed: int or None. The seed of all the randomness.
+        padding: str or None. How wide a batch of captions is padded (see
             `ViLBERTPreprocessor`).
-        bucket_lengths: the widths a batch of captions may be padded to
-            (see `ViLBERTPreprocessor`).
+        bucket_lengths: list of int or None. The widths a batch of captions
+            may be padded to (see `ViLBERTPreprocessor`).
 
     Call args:
-        x: as for `ViLBERTPreprocessor`, plus `"region_classes"`: per image,
-            the detector's class distribution of each region, `(n,
+        x: dict. As for `ViLBERTPreprocessor`, plus `"region_classes"`: per
+            image, the detector's class distribution of each region, `(n,
             num_classes)` (rows sum to 1).
 
     Call returns `(features, targets, sample_weights)`: features with masked

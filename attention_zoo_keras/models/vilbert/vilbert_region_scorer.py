@@ -18,9 +18,7 @@ top-scoring region's target exceeds 0.5.
 import keras
 from keras import ops
 
-from attention_zoo_keras.hub.converters import copy_dense
-from attention_zoo_keras.layers.fused_keras_layers import Dense
-from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
@@ -66,10 +64,10 @@ class ViLBERTRegionScorer(Task):
     −10000 on padded regions (Lu et al., 2019; the authors' `vision_logit`).
 
     Args:
-        backbone: a `ViLBERTBackbone`.
-        dropout: dropout on the visual states (0.1, as the authors').
-        preprocessor: a `ViLBERTPreprocessor` (raw texts and detector
-            regions in; region 0 is the global image region).
+        backbone: `ViLBERTBackbone`. The two-stream encoder.
+        dropout: float. Dropout on the visual states (0.1, as the authors').
+        preprocessor: `ViLBERTPreprocessor` or None. Raw texts and detector
+            regions in; region 0 is the global image region.
 
     Inputs: the backbone's feature dict. Output: region logits `(batch,
     regions)`; `argmax` picks the region referred to.
@@ -106,11 +104,10 @@ class ViLBERTRegionScorer(Task):
         initializer = keras.initializers.TruncatedNormal(stddev=backbone.initializer_range)
         dtype = backbone.dtype_policy
         inputs = backbone.input
-        visual = backbone(inputs)["visual_sequence_output"]
-        visual = keras.layers.Dropout(dropout, dtype=dtype, name="region_dropout")(visual)
-        scores = Dense(
-            1, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="region_score"
-        )(visual)
+        scores = classification_head(
+            backbone(inputs)["visual_sequence_output"], 1, dropout, initializer, dtype=dtype, name="region",
+            output_name="region_score",
+        )
         logits = MaskPaddedRegions(dtype=dtype, name="region_logits")(scores, inputs["region_mask"])
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.dropout = dropout
@@ -131,16 +128,3 @@ class ViLBERTRegionScorer(Task):
         config["dropout"] = self.dropout
         return config
 
-
-def vilbert_region_scorer_head_arrays(state_dict):
-    """`ViLBERTRegionScorer` head keys → arrays from the authors'
-    `state_dict` (`VILBertForVLTasks.vision_logit`, a `Linear(v_hidden_size, 1)`).
-
-    Raises:
-        ValueError: if the state_dict lacks that head.
-    """
-    if "vision_logit.weight" not in state_dict:
-        raise ValueError("This state_dict has no 'vision_logit.weight'; it holds no ViLBERT region-scoring head.")
-    arrays = {}
-    copy_dense(arrays, "region_score", "vision_logit", state_dict)
-    return arrays

@@ -22,11 +22,7 @@ which is that same sum (`SummedBinaryCrossentropy`).
 import keras
 from keras import ops
 
-from attention_zoo_keras.hub.converters import copy_dense
-from attention_zoo_keras.hub.converters import copy_layer_norm
-from attention_zoo_keras.layers.fused_keras_layers import Dense
-from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
-from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.models.input_validation import check_soft_targets
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vilbert.vilbert_backbone import ViLBERTBackbone
@@ -60,13 +56,16 @@ class ViLBERTVisualQuestionAnswerer(Task):
     2019; facebookresearch/vilbert-multi-task `VILBertForVLTasks`).
 
     Args:
-        backbone: a `ViLBERTBackbone`.
-        num_answers: the answer vocabulary size (3129 for VQA v2).
-        fusion: `"mul"` (the authors' `fusion_method` default) or `"sum"`.
-        dropout: dropout on the fused vector (the authors' `dropout_prob`, 0.1).
-        hidden_dim: the head's hidden width; defaults to `2 * co_attention_dim`.
-        preprocessor: a `ViLBERTPreprocessor` (raw questions and detector
-            regions in).
+        backbone: `ViLBERTBackbone`. The two-stream encoder.
+        num_answers: int. The answer vocabulary size (3129 for VQA v2).
+        fusion: str. `"mul"` (the authors' `fusion_method` default) or
+            `"sum"`.
+        dropout: float. Dropout on the fused vector (the authors'
+            `dropout_prob`, 0.1).
+        hidden_dim: int or None. The head's hidden width; `None`:
+            `2 * co_attention_dim`.
+        preprocessor: `ViLBERTPreprocessor` or None. Raw questions and
+            detector regions in.
 
     Inputs: the backbone's feature dict (`token_ids`, `segment_ids`,
     `padding_mask`, `region_features`, `region_boxes`, `region_mask`).
@@ -118,19 +117,23 @@ class ViLBERTVisualQuestionAnswerer(Task):
         initializer = keras.initializers.TruncatedNormal(stddev=backbone.initializer_range)
         dtype = backbone.dtype_policy
 
+        # === Functional Model ===
         inputs = backbone.input
-        fused = fuse_pooled_outputs(backbone(inputs), fusion, dropout, dtype, name="vqa")
-        hidden = Dense(
-            hidden_dim, activation="gelu", kernel_initializer=clone_initializer(initializer),
-            dtype=dtype, name="vqa_hidden",
-        )(fused)
-        hidden = LayerNormalization(
-            epsilon=HEAD_LAYER_NORM_EPSILON, dtype=dtype, name="vqa_hidden_norm"
-        )(hidden)
-        logits = Dense(
-            num_answers, kernel_initializer=clone_initializer(initializer), dtype=dtype, name="vqa_logits",
-        )(hidden)
+        logits = classification_head(
+            fuse_pooled_outputs(backbone(inputs), fusion, dtype, name="vqa"),
+            num_answers,
+            dropout,
+            initializer,
+            dtype=dtype,
+            name="vqa",
+            output_name="vqa_logits",
+            hidden_dim=hidden_dim,
+            hidden_activation="gelu",
+            layer_norm_epsilon=HEAD_LAYER_NORM_EPSILON,
+        )
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
+
+        # === Config ===
         self.num_answers = num_answers
         self.fusion = fusion
         self.dropout = dropout
@@ -159,41 +162,3 @@ class ViLBERTVisualQuestionAnswerer(Task):
         )
         return config
 
-
-def vilbert_vqa_head_arrays(state_dict, head="vil_prediction"):
-    """`ViLBERTVisualQuestionAnswerer` head keys → arrays from the authors'
-    `state_dict` (`VILBertForVLTasks`).
-
-    Their `SimpleClassifier` is `logit_fc = Sequential(Linear, GeLU,
-    BertLayerNorm, Linear)`, so its parameters are `logit_fc.0` (first
-    linear), `logit_fc.2` (layer norm) and `logit_fc.3` (answer logits).
-
-    Args:
-        state_dict: `{name: numpy array}` with the authors' names.
-        head: `"vil_prediction"` (VQA, 3129 answers) or
-            `"vil_prediction_gqa"` (GQA, 1533 answers), same structure.
-
-    Returns:
-        A dict of head keys; merge it with `vilbert_arrays(...)` for
-        `ViLBERTVisualQuestionAnswerer.assign_arrays`.
-
-    Raises:
-        ValueError: if the state_dict lacks that head.
-
-    Example:
-
-    >>> import numpy as np
-    >>> sd = {"vil_prediction.logit_fc.0.weight": np.zeros((8, 4)), "vil_prediction.logit_fc.0.bias": np.zeros(8),
-    ...       "vil_prediction.logit_fc.2.weight": np.ones(8), "vil_prediction.logit_fc.2.bias": np.zeros(8),
-    ...       "vil_prediction.logit_fc.3.weight": np.zeros((5, 8)), "vil_prediction.logit_fc.3.bias": np.zeros(5)}
-    >>> {k: v.shape for k, v in sorted(vilbert_vqa_head_arrays(sd).items())}["vqa_hidden/kernel"]
-    (4, 8)
-    """
-    theirs = f"{head}.logit_fc"
-    if f"{theirs}.0.weight" not in state_dict:
-        raise ValueError(f"This state_dict has no '{theirs}.0.weight'; it holds no ViLBERT '{head}' head.")
-    arrays = {}
-    copy_dense(arrays, "vqa_hidden", f"{theirs}.0", state_dict)
-    copy_layer_norm(arrays, "vqa_hidden_norm", f"{theirs}.2", state_dict)
-    copy_dense(arrays, "vqa_logits", f"{theirs}.3", state_dict)
-    return arrays

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
@@ -30,10 +31,11 @@ class ClassToken(keras.layers.Layer):
     """Prepends one learned vector to every sequence: `[x_class; z_1; …; z_N]`.
 
     Args:
-        initializer: initializer of the token (weight `embedding`, `(dim,)`).
+        initializer: str or `keras.initializers.Initializer`. The initializer
+            of the token (weight `embedding`, `(dim,)`).
 
     Call args:
-        inputs: `(batch, length, dim)`.
+        inputs: tensor of shape `(batch, length, dim)`. The patch tokens.
 
     Returns:
         `(batch, 1 + length, dim)`.
@@ -74,24 +76,29 @@ class ViTBackbone(Backbone):
     `use_pooler`, `transformers`' tanh pooler.
 
     Args:
-        image_size: input height and width, an int or a `(height, width)` pair.
-        patch_size: patch height and width, an int or a pair.
-        num_channels: channels of the input images.
-        num_layers: number of encoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: width of the hidden states.
-        intermediate_dim: feed-forward width.
-        dropout: dropout on embeddings and residual branches.
-        attention_dropout: dropout on attention probabilities.
-        layer_norm_epsilon: epsilon of every layer norm.
-        activation: feed-forward activation (`"gelu"` is the exact GELU).
-        attention: attention mechanism name (see
+        image_size: int or tuple of int. The input height and width, an int
+            or a `(height, width)` pair.
+        patch_size: int or tuple of int. The patch height and width, an int
+            or a pair.
+        num_channels: int. The channels of the input images.
+        num_layers: int. The number of encoder blocks.
+        num_heads: int. The attention heads per block.
+        hidden_dim: int. The width of the hidden states.
+        intermediate_dim: int. The feed-forward width.
+        dropout: float. Dropout on embeddings and residual branches.
+        attention_dropout: float. Dropout on attention probabilities.
+        layer_norm_epsilon: float. The epsilon of every layer norm.
+        activation: str. The feed-forward activation (`"gelu"` is the exact
+            GELU).
+        attention: str. The attention mechanism's name (see
             `attention.mechanism_names()`), `"softmax"` for ViT.
-        attention_options: the mechanism's options as a dict (see
+        attention_options: dict or None. The mechanism's options (see
             `MultiHeadAttention`).
-        use_pooler: add `pooled_output = tanh(Dense(class token))`.
-        initializer_range: standard deviation of the truncated-normal init.
-        dtype: dtype policy of every layer, e.g. `"bfloat16"`.
+        use_pooler: bool. Add `pooled_output = tanh(Dense(class token))`.
+        initializer_range: float. The standard deviation of the
+            truncated-normal init.
+        dtype: str, `keras.DTypePolicy` or None. The dtype policy of every
+            layer, e.g. `"bfloat16"`.
 
     Inputs: a dict with one entry, `images`: float `(batch, height, width,
     channels)`, channels last, already rescaled and normalised — a dict like
@@ -153,6 +160,8 @@ class ViTBackbone(Backbone):
                 "hold at least one patch."
             )
         grid_size = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
+
+        # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
         patch_embedding = PatchEmbedding(
             patch_size, hidden_dim, kernel_initializer=clone_initializer(initializer),
@@ -164,23 +173,11 @@ class ViTBackbone(Backbone):
             dtype=dtype, name="position_embedding",
         )
         embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
-        blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                activation=activation,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                layer_norm_epsilon=layer_norm_epsilon,
-                norm_first=True,
-                attention=attention,
-                attention_options=attention_options,
-                kernel_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name=f"transformer_layer_{index}",
-            )
-            for index in range(num_layers)
-        ]
+        blocks = block_stack(
+            TransformerEncoderBlock, num_layers, initializer, num_heads=num_heads, intermediate_dim=intermediate_dim,
+            activation=activation, dropout=dropout, attention_dropout=attention_dropout, norm_first=True,
+            layer_norm_epsilon=layer_norm_epsilon, attention=attention, attention_options=attention_options, dtype=dtype,
+        )
         final_norm = LayerNormalization(epsilon=layer_norm_epsilon, dtype=dtype, name="final_norm")
         pooler = None
         if use_pooler:
@@ -189,6 +186,7 @@ class ViTBackbone(Backbone):
                 dtype=dtype, name="pooler",
             )
 
+        # === Functional Model ===
         images = keras.Input(shape=(*image_size, num_channels), name="images")
         x = class_token(patch_embedding(images))
         x = embeddings_dropout(x + position_embedding(x))
@@ -206,6 +204,8 @@ class ViTBackbone(Backbone):
         self.transformer_layers = blocks
         self.final_norm = final_norm
         self.pooler = pooler
+
+        # === Config ===
         self.grid_size = grid_size
         self.image_size = image_size
         self.patch_size = patch_size

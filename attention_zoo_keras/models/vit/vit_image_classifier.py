@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.layers.classification_head import classification_head
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
@@ -25,15 +25,16 @@ class ViTImageClassifier(Task):
     """Classifies images into `num_classes` classes.
 
     Args:
-        backbone: a `ViTBackbone`.
-        num_classes: number of classes.
-        preprocessor: a `ViTImageConverter`, so `fit` / `predict` take raw
-            images (uint8 or 0–255 float arrays of any size, PIL images).
-        pooling: `"token"` (the class token, as ViT) or `"mean"` (the mean
-            of the patch tokens).
-        dropout: dropout before the classifier.
-        class_names: optional names of the classes, one per class (a preset
-            converted from `transformers` brings its `id2label`).
+        backbone: `ViTBackbone`. The encoder.
+        num_classes: int. The number of classes.
+        preprocessor: `ViTImageConverter` or None. So `fit` / `predict` take
+            raw images (uint8 or 0–255 float arrays of any size, PIL images).
+        pooling: str. `"token"` (the class token, as ViT) or `"mean"` (the
+            mean of the patch tokens).
+        dropout: float. Dropout before the classifier.
+        class_names: list of str or None. The names of the classes, one per
+            class (a preset converted from `transformers` brings its
+            `id2label`).
 
     Output: logits `(batch, num_classes)`. `compile()` defaults to AdamW
     (1e-4, weight decay 0.05), sparse categorical cross-entropy on logits and
@@ -72,13 +73,13 @@ class ViTImageClassifier(Task):
         inputs = backbone.input
         sequence = backbone(inputs)["sequence_output"]
         pooled = sequence[:, 0, :] if pooling == "token" else ops.mean(sequence[:, 1:, :], axis=1)
-        pooled = keras.layers.Dropout(dropout, name="classifier_dropout")(pooled)
-        logits = Dense(
+        logits = classification_head(
+            pooled,
             num_classes,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
+            dropout,
+            keras.initializers.TruncatedNormal(stddev=backbone.initializer_range),
             dtype=backbone.dtype_policy,
-            name="classifier",
-        )(pooled)
+        )
         super().__init__(inputs=inputs, outputs=logits, backbone=backbone, preprocessor=preprocessor, **kwargs)
         self.num_classes = num_classes
         self.pooling = pooling

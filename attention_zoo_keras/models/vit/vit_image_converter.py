@@ -38,18 +38,23 @@ class ViTImageConverter(Preprocessor):
     """Resizes, rescales and normalises images for a `ViTBackbone`.
 
     Args:
-        image_size: `(height, width)` (or one int) the model takes.
-        do_resize: resize images to `image_size` (without it, images must
-            already have that size).
-        resample: Pillow's filter: `"bilinear"` (ViT's), `"bicubic"`,
+        image_size: int or tuple of int. The `(height, width)` (or one int)
+            the model takes.
+        do_resize: bool. Resize images to `image_size` (without it, images
+            must already have that size).
+        resample: str. Pillow's filter: `"bilinear"` (ViT's), `"bicubic"`,
             `"nearest"`, `"lanczos"`, `"box"` or `"hamming"`.
-        do_rescale: multiply the 0–255 pixel values by `rescale_factor`.
-        rescale_factor: 1/255 maps pixels into [0, 1].
-        do_normalize: subtract `image_mean` and divide by `image_std`.
-        image_mean: per-channel mean (one value or one per channel).
-        image_std: per-channel standard deviation.
-        num_channels: channels the model takes; grayscale images are
-            repeated to 3 channels and an alpha channel is dropped.
+        do_rescale: bool. Multiply the 0–255 pixel values by
+            `rescale_factor`.
+        rescale_factor: float. The scale of the pixel values; 1/255 maps
+            pixels into [0, 1].
+        do_normalize: bool. Subtract `image_mean` and divide by `image_std`.
+        image_mean: float or tuple of float. The per-channel mean (one value
+            or one per channel).
+        image_std: float or tuple of float. The per-channel standard
+            deviation.
+        num_channels: int. The channels the model takes; grayscale images
+            are repeated to 3 channels and an alpha channel is dropped.
 
     Called on images (one `(height, width, channels)` array, a batch
     `(batch, height, width, channels)`, or a list of arrays / PIL images of

@@ -61,8 +61,10 @@ def resize_patch_positions(positions, grid_size):
     Runs in numpy (float64) when weights are loaded, never inside a model.
 
     Args:
-        positions: `(grid_height, grid_width, dim)` array.
-        grid_size: the new `(grid_height, grid_width)` (or an int for a square).
+        positions: array of shape `(grid_height, grid_width, dim)`. The patch
+            positions.
+        grid_size: int or tuple of int. The new `(grid_height, grid_width)`
+            (or an int for a square).
 
     Returns:
         `(new_grid_height, new_grid_width, dim)`, in `positions`' dtype.
@@ -93,16 +95,18 @@ class ViTPositionEmbedding(keras.layers.Layer):
     """Learned positions of a class token followed by a grid of patches.
 
     Args:
-        grid_size: `(grid_height, grid_width)` of the patch grid (or an int).
-        hidden_dim: embedding width.
-        initializer: initializer of both weights.
+        grid_size: int or tuple of int. The `(grid_height, grid_width)` of
+            the patch grid (or an int).
+        hidden_dim: int. The embedding width.
+        initializer: str or `keras.initializers.Initializer`. The initializer
+            of both weights.
 
     Weights: `class_position` `(hidden_dim,)` and `patch_positions`
     `(grid_height, grid_width, hidden_dim)`.
 
     Call args:
-        inputs: `(batch, 1 + grid_height * grid_width, hidden_dim)`; only its
-            shape is used.
+        inputs: tensor of shape `(batch, 1 + grid_height * grid_width,
+            hidden_dim)`. Only its shape is used.
 
     Returns:
         `(1, 1 + grid_height * grid_width, hidden_dim)`, to be added to the

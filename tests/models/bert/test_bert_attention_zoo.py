@@ -8,6 +8,7 @@ import pytest
 
 from attention_zoo_keras.models.bert import BertBackbone
 from attention_zoo_keras.models.bert import BertTextClassifier
+from tests.support.family_tests import run_preset_test
 
 VOCABULARY = 60
 MECHANISMS = [
@@ -47,17 +48,13 @@ def test_padding_does_not_change_the_real_tokens(mechanism):
 
 @pytest.mark.parametrize("mechanism", MECHANISMS, ids=lambda m: m[0])
 def test_preset_round_trip_keeps_the_mechanism(mechanism, tmp_path):
-    model = backbone(*mechanism)
-    model.save_to_preset(tmp_path / "preset")
-    restored = BertBackbone.from_preset(tmp_path / "preset")
-    assert (restored.attention, restored.attention_options) == mechanism
     ids = np.random.default_rng(1).integers(1, VOCABULARY, (2, 10))
     features = inputs(ids, np.ones_like(ids))
-    np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(restored(features)["sequence_output"]),
-        keras.ops.convert_to_numpy(model(features)["sequence_output"]),
-        atol=1e-6,
+    restored = run_preset_test(
+        backbone(*mechanism), tmp_path / "preset", features,
+        outputs=lambda model: model(features)["sequence_output"], atol=1e-6,
     )
+    assert (restored.attention, restored.attention_options) == mechanism
 
 
 @pytest.mark.slow

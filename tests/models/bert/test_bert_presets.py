@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 
 import attention_zoo_keras as azk
+from tests.support.family_tests import run_backbone_test
+from tests.support.family_tests import run_config_round_trip_test
+from tests.support.family_tests import run_preset_test
 from tests.support.tiny_checkpoints import TINY_VOCABULARY
 
 TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
@@ -29,15 +32,31 @@ def tiny_classifier(num_classes=3):
     return azk.models.BertTextClassifier(backbone=backbone, num_classes=num_classes, preprocessor=preprocessor)
 
 
+def features(batch, length):
+    ids = np.random.default_rng(length).integers(1, 20, (batch, length)).astype("int32")
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+
+
+def predictions(model):
+    return model.predict(TEXTS, verbose=0)
+
+
 def test_task_round_trip_gives_identical_outputs(tmp_path):
-    classifier = tiny_classifier()
-    expected = classifier.predict(TEXTS, verbose=0)
-    classifier.save_to_preset(tmp_path / "preset")
-    files = sorted(p.name for p in (tmp_path / "preset").iterdir())
-    assert files == ["README.md", "config.json", "metadata.json", "model.safetensors", "preprocessor.json", "tokenizer.json"]
-    reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path / "preset"))
+    reloaded = run_preset_test(
+        tiny_classifier(), tmp_path / "preset", TEXTS, outputs=predictions,
+        expected_files=["README.md", "config.json", "metadata.json", "model.safetensors", "preprocessor.json",
+                        "tokenizer.json"],
+    )
     assert reloaded.num_classes == 3 and reloaded.preprocessor.sequence_length == 16
-    np.testing.assert_array_equal(reloaded.predict(TEXTS, verbose=0), expected)
+
+
+def test_backbone_behaviour(tmp_path):
+    kwargs = dict(vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                  max_sequence_length=8)
+    run_backbone_test(
+        azk.models.BertBackbone, kwargs, features(2, 5), {"sequence_output": (2, 5, 8), "pooled_output": (2, 8)},
+        tmp_path, variable_input_data=[(features(3, 8), {"sequence_output": (3, 8, 8)})],
+    )
 
 
 def test_saved_files_are_what_the_format_promises(tmp_path):
@@ -87,14 +106,11 @@ def test_backbone_and_sibling_tasks_load_from_a_task_preset(tmp_path):
 
 
 def test_sharded_weights_round_trip(tmp_path):
-    classifier = tiny_classifier()
-    classifier.save_to_preset(tmp_path, max_shard_size="20KB")
+    run_preset_test(tiny_classifier(), tmp_path, TEXTS, outputs=predictions, save_kwargs={"max_shard_size": "20KB"})
     shards = sorted(p.name for p in tmp_path.glob("model-*.safetensors"))
     assert len(shards) > 1 and not (tmp_path / "model.safetensors").exists()
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"].values()) == set(shards)
-    reloaded = azk.models.BertTextClassifier.from_preset(str(tmp_path))
-    np.testing.assert_array_equal(reloaded.predict(TEXTS, verbose=0), classifier.predict(TEXTS, verbose=0))
 
 
 def test_variable_keys_are_stable_across_instances():
@@ -105,9 +121,7 @@ def test_variable_keys_are_stable_across_instances():
 
 def test_config_round_trip_rebuilds_the_same_architecture():
     classifier = tiny_classifier()
-    rebuilt = azk.models.BertTextClassifier.from_config(classifier.get_config())
-    assert rebuilt.get_config() == classifier.get_config()
-    assert [tuple(v.shape) for v in rebuilt.weights] == [tuple(v.shape) for v in classifier.weights]
+    run_config_round_trip_test(classifier, classifier.preprocessor(TEXTS))
 
 
 def test_named_presets_are_listed():
@@ -151,13 +165,6 @@ def test_dtype_policy_survives_the_round_trip(tmp_path):
         max_sequence_length=8, dtype="bfloat16",
     )
     assert {v.dtype for v in backbone.weights} == {"bfloat16"}
-    backbone.save_to_preset(tmp_path)
-    reloaded = azk.models.BertBackbone.from_preset(str(tmp_path))
-    assert {v.dtype for v in reloaded.weights} == {"bfloat16"}
-    for ours, theirs in zip(reloaded.weights, backbone.weights):
-        np.testing.assert_array_equal(
-            keras.ops.convert_to_numpy(keras.ops.cast(ours, "float32")),
-            keras.ops.convert_to_numpy(keras.ops.cast(theirs, "float32")),
-        )
+    run_preset_test(backbone, tmp_path, features(2, 5))
     as_float32 = azk.models.BertBackbone.from_preset(str(tmp_path), dtype="float32")
     assert {v.dtype for v in as_float32.weights} == {"float32"}

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from attention_zoo_keras.attention import linear
+from attention_zoo_keras.attention import linear_decoding
 from attention_zoo_keras.attention import registry
 from attention_zoo_keras.attention import softmax
 from attention_zoo_keras.models.gpt import GPTBackbone
@@ -44,7 +44,7 @@ def lm():
 
 
 def test_the_decoding_protocol_is_the_mechanisms():
-    assert isinstance(registry.get_decoding("linear"), linear.RecurrentState)
+    assert isinstance(registry.get_decoding("linear"), linear_decoding.RecurrentState)
     assert isinstance(registry.get_decoding("softmax"), softmax.KeyValueCache)
     assert not registry.get_decoding("linear").position_addressed
     assert registry.get_decoding("softmax").position_addressed
@@ -53,14 +53,15 @@ def test_the_decoding_protocol_is_the_mechanisms():
 
 
 def test_a_mechanism_without_decoding_is_refused_clearly(monkeypatch):
-    monkeypatch.setitem(registry._MECHANISMS._entries, "no_decoding", softmax.softmax_attention)
+    without_decoding = registry.RegisteredMechanism(softmax.softmax_attention)
+    monkeypatch.setitem(registry._MECHANISMS._entries, "no_decoding", without_decoding)
     known = "additive, linear, local, lsh, relative, softmax, sparse"
     with pytest.raises(ValueError, match=f"'no_decoding' has no incremental decoding.*{known}"):
         registry.get_decoding("no_decoding")
     with pytest.raises(TypeError, match="must be a DecodingCache"):
         registry.register_decoding("no_decoding", object())
     with pytest.raises(ValueError, match="already has a decoding cache"):
-        registry.register_decoding("linear", linear.RecurrentState())
+        registry.register_decoding("linear", linear_decoding.RecurrentState())
 
 
 def test_cached_logits_match_full_forward(lm):

@@ -14,6 +14,10 @@ from attention_zoo_keras.models.gpt import GPTBackbone
 from attention_zoo_keras.models.gpt import GPTCausalLM
 from attention_zoo_keras.models.gpt import GPTCausalLMPreprocessor
 from attention_zoo_keras.models.gpt import GPTTokenizer
+from tests.support.family_tests import run_backbone_test
+from tests.support.family_tests import run_precision_test
+from tests.support.family_tests import run_preset_test
+from tests.support.family_tests import run_task_test
 from tests.support.tiny_checkpoints import GPT2_CORPUS as CORPUS
 
 ATOL = 1e-4
@@ -108,14 +112,9 @@ def test_token_ids_match_transformers(tiny_gpt2_checkpoints, tmp_path, files):
 def test_save_to_preset_round_trip(tiny_gpt2_checkpoints, tmp_path):
     lm = GPTCausalLM.from_preset(str(tiny_gpt2_checkpoints["lm"]))
     lm.preprocessor.sequence_length = 12
-    lm.save_to_preset(tmp_path / "preset")
-    restored = GPTCausalLM.from_preset(str(tmp_path / "preset"))
-    assert restored.preprocessor.sequence_length == 12 and restored.preprocessor.add_end_token
-    assert restored.backbone.get_config() == lm.backbone.get_config()
     x, _, _ = lm.preprocessor(PROMPTS)
-    np.testing.assert_array_equal(
-        keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(lm(x))
-    )
+    restored = run_preset_test(lm, str(tmp_path / "preset"), x)
+    assert restored.preprocessor.sequence_length == 12 and restored.preprocessor.add_end_token
     np.testing.assert_array_equal(restored.predict(PROMPTS, verbose=0), lm.predict(PROMPTS, verbose=0))
     backbone = GPTBackbone.from_preset(str(tmp_path / "preset"))
     np.testing.assert_array_equal(
@@ -165,32 +164,28 @@ def test_out_of_range_ids_and_lengths_raise(tiny_gpt2_checkpoints):
         backbone({"token_ids": ids, "padding_mask": np.ones_like(ids)})
 
 
-def test_dtype_policy_survives_the_round_trip(tmp_path):
-    backbone = GPTBackbone(
-        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
-        max_sequence_length=8, dtype="bfloat16",
+TINY = dict(vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=8)
+TINY_INPUTS = {"token_ids": np.array([[1, 2, 3, 0]], "int32"), "padding_mask": np.array([[1, 1, 1, 0]], "int32")}
+
+
+def test_backbone_behaviour(tmp_path):
+    longer = {"token_ids": np.ones((3, 8), "int32"), "padding_mask": np.ones((3, 8), "int32")}
+    run_backbone_test(
+        GPTBackbone, TINY, TINY_INPUTS, {"sequence_output": (1, 4, 8)}, tmp_path,
+        variable_input_data=[(longer, {"sequence_output": (3, 8, 8)})],
     )
+
+
+def test_dtype_policy_survives_the_round_trip(tmp_path):
+    backbone = GPTBackbone(**TINY, dtype="bfloat16")
     assert {v.dtype for v in backbone.weights} == {"bfloat16"}
-    backbone.save_to_preset(tmp_path)
-    reloaded = GPTBackbone.from_preset(str(tmp_path))
-    assert {v.dtype for v in reloaded.weights} == {"bfloat16"}
-    for ours, theirs in zip(reloaded.weights, backbone.weights):
-        np.testing.assert_array_equal(
-            keras.ops.convert_to_numpy(keras.ops.cast(ours, "float32")),
-            keras.ops.convert_to_numpy(keras.ops.cast(theirs, "float32")),
-        )
+    run_preset_test(backbone, str(tmp_path), TINY_INPUTS)
     as_float32 = GPTBackbone.from_preset(str(tmp_path), dtype="float32")
     assert {v.dtype for v in as_float32.weights} == {"float32"}
 
 
 def test_bfloat16_forward_pass():
-    backbone = GPTBackbone(
-        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
-        max_sequence_length=8, dtype="bfloat16",
-    )
-    ids = np.array([[1, 2, 3, 0]], dtype="int32")
-    output = backbone({"token_ids": ids, "padding_mask": np.array([[1, 1, 1, 0]], dtype="int32")})
-    assert keras.backend.standardize_dtype(output["sequence_output"].dtype) == "bfloat16"
+    run_precision_test(GPTBackbone, TINY, TINY_INPUTS, policy="bfloat16")
 
 
 @pytest.mark.slow
@@ -215,7 +210,7 @@ def test_fit_lowers_the_loss_with_padding_weighted_zero(tiny_gpt2_checkpoints):
 def test_default_compile_is_applied_by_fit(tiny_gpt2_checkpoints):
     lm = GPTCausalLM.from_preset(str(tiny_gpt2_checkpoints["lm"]))
     lm.preprocessor.sequence_length = 8
-    lm.fit(CORPUS[:4], batch_size=2, epochs=1, verbose=0)
+    run_task_test(lm, CORPUS[:4], expected_output_shape=(4, 8, lm.backbone.vocabulary_size))
     assert isinstance(lm.optimizer, keras.optimizers.AdamW)
     assert isinstance(lm.loss, keras.losses.SparseCategoricalCrossentropy)
 

@@ -128,13 +128,13 @@ def test_the_lm_head_bias_is_added(checkpoint, converted):
         converted.lm_head.bias.assign(loaded_bias)
 
 
-def _tiny_lm(sequence_length=32, **overrides):
+def _tiny_lm(sequence_length=32, hash_seed=None):
     options = dict(
-        vocabulary_size=258, hidden_dim=16, num_heads=2, head_dim=8, intermediate_dim=32,
-        attention_layers=["local", "lsh"], num_hashes=2, num_buckets=4, lsh_chunk_length=4, local_chunk_length=8,
-        axial_pos_shape=(4, 8), axial_pos_embds_dim=(6, 10), dropout=0.0, local_attention_dropout=0.0, seed=1,
+        vocabulary_size=258, hidden_dim=16, num_heads=2, head_dim=8, intermediate_dim=32, attention=["local", "lsh"],
+        attention_options={"lsh": {"num_hashes": 2, "num_buckets": 4, "chunk_length": 4, "seed": hash_seed},
+                           "local": {"block_size": 8}},
+        axial_pos_shape=(4, 8), axial_pos_embds_dim=(6, 10), dropout=0.0, attention_dropout=0.0, seed=1,
     )
-    options.update(overrides)
     preprocessor = ReformerCausalLMPreprocessor(ReformerByteTokenizer(), sequence_length=sequence_length)
     return ReformerCausalLM(ReformerBackbone(**options), preprocessor)
 

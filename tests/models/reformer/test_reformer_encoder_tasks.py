@@ -214,7 +214,8 @@ def test_backbone_of_the_masked_lm_checkpoint_is_bidirectional(checkpoints):
     path, reference = checkpoints["masked_lm"]
     backbone = ReformerBackbone.from_preset(path)
     assert not backbone.is_causal
-    assert (backbone.lsh_num_chunks_after, backbone.local_num_chunks_after) == (1, 1)
+    options = backbone.attention_options
+    assert (options["lsh"]["num_chunks_after"], options["local"]["num_memory_blocks_after"]) == (1, 1)
     token_ids, padding_mask = random_batch(20, masked=True)
     share_rotations(backbone)
     with torch.no_grad():
@@ -236,10 +237,16 @@ def tiny_backbone(is_causal=False, **overrides):
     N(0, 1), which drowns them and stalls training this small)."""
     arguments = dict(
         vocabulary_size=258, hidden_dim=16, num_heads=2, head_dim=8, intermediate_dim=32,
-        attention_layers=["local", "lsh"], is_causal=is_causal, num_hashes=1, num_buckets=[2, 2],
-        lsh_chunk_length=4, lsh_num_chunks_after=0 if is_causal else 1, hash_seed=0, local_chunk_length=8,
-        local_num_chunks_after=0 if is_causal else 1, axial_pos_shape=(4, 4), axial_pos_embds_dim=(8, 8),
-        dropout=0.0, local_attention_dropout=0.0, initializer_range=0.1, axial_norm_std=0.02, seed=0,
+        attention=["local", "lsh"], is_causal=is_causal,
+        attention_options={
+            "lsh": {
+                "num_hashes": 1, "num_buckets": [2, 2], "chunk_length": 4, "num_chunks_after": 0 if is_causal else 1,
+                "seed": 0,
+            },
+            "local": {"block_size": 8, "num_memory_blocks_after": 0 if is_causal else 1},
+        },
+        axial_pos_shape=(4, 4), axial_pos_embds_dim=(8, 8), dropout=0.0, attention_dropout={"local": 0.0},
+        initializer_range=0.1, axial_norm_std=0.02, seed=0,
     )
     arguments.update(overrides)
     return ReformerBackbone(**arguments)

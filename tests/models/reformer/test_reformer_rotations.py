@@ -1,7 +1,8 @@
 """The public way to give a Reformer's LSH layers fixed rotations
 (`ReformerBackbone.set_lsh_rotations`, `ReformerAttention.set_rotations`),
 as reproducing transformers' hashing needs: the rotations decide the
-hashing whatever `hash_seed` says, `None` restores the seeded draw, and
+hashing whatever the LSH `seed` option says, `None` restores the seeded
+draw, and
 the shape is checked against `lsh_rotations_shape`."""
 
 import keras
@@ -16,11 +17,12 @@ HEADS, HEAD_DIM, NUM_HASHES, NUM_BUCKETS = 2, 4, 2, 4
 
 def _backbone(hash_seed):
     keras.utils.set_random_seed(0)
+    lsh = {"num_hashes": NUM_HASHES, "num_buckets": NUM_BUCKETS, "chunk_length": 4, "num_chunks_after": 1,
+           "seed": hash_seed}
     return ReformerBackbone(
         vocabulary_size=32, hidden_dim=8, num_heads=HEADS, head_dim=HEAD_DIM, intermediate_dim=16,
-        attention_layers=["lsh", "local", "lsh"], is_causal=False, num_hashes=NUM_HASHES, num_buckets=NUM_BUCKETS,
-        lsh_chunk_length=4, lsh_num_chunks_after=1, local_chunk_length=4, hash_seed=hash_seed,
-        axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4), dropout=0.0, local_attention_dropout=0.0,
+        attention=["lsh", "local", "lsh"], is_causal=False, attention_options={"lsh": lsh, "local": {"block_size": 4}},
+        axial_pos_shape=(4, 4), axial_pos_embds_dim=(4, 4), dropout=0.0, attention_dropout=0.0,
     )
 
 

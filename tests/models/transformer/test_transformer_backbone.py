@@ -11,6 +11,7 @@ from keras import ops
 from attention_zoo_keras.layers.sinusoidal_position_embedding import sinusoidal_table
 from attention_zoo_keras.models.transformer import TransformerBackbone
 from attention_zoo_keras.models.transformer.torch_transformer_convert import torch_transformer_arrays
+from tests.support.family_tests import run_backbone_test
 
 VOCABULARY, HIDDEN, HEADS, FEED_FORWARD = 40, 16, 4, 32
 
@@ -136,3 +137,23 @@ def test_mismatched_batches_and_out_of_range_ids_are_named():
     features.update(encoder_token_ids=long_source, encoder_padding_mask=np.ones_like(long_source), decoder_token_ids=target)
     with pytest.raises(ValueError, match="'encoder_token_ids' has length 9, longer than the model's maximum"):
         backbone(features)
+
+
+def _features(source_length, target_length, batch=2):
+    return {
+        "encoder_token_ids": np.ones((batch, source_length), "int32"),
+        "encoder_padding_mask": np.ones((batch, source_length), "int32"),
+        "decoder_token_ids": np.ones((batch, target_length), "int32"),
+        "decoder_padding_mask": np.ones((batch, target_length), "int32"),
+    }
+
+
+def test_backbone_behaviour(tmp_path):
+    arguments = dict(vocabulary_size=VOCABULARY, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
+                     intermediate_dim=16, max_sequence_length=16)
+    run_backbone_test(
+        TransformerBackbone, arguments, _features(5, 4), {"encoder_sequence_output": (2, 5, 8),
+                                                          "decoder_sequence_output": (2, 4, 8)}, tmp_path,
+        variable_input_data=[(_features(7, 3, batch=3), {"encoder_sequence_output": (3, 7, 8),
+                                                         "decoder_sequence_output": (3, 3, 8)})],
+    )

@@ -3,8 +3,6 @@ same attention span, training and evaluation carry it across batches
 without gradient, generation with it equals recomputation, bad memories and
 ids fail clearly, and it is never saved."""
 
-import json
-
 import keras
 import numpy as np
 import pytest
@@ -14,6 +12,8 @@ from attention_zoo_keras.metrics import BitsPerCharacter
 from attention_zoo_keras.metrics import Perplexity
 from attention_zoo_keras.models.transformer_xl import TransformerXLBackbone
 from attention_zoo_keras.models.transformer_xl import TransformerXLCausalLM
+from tests.support.family_tests import run_backbone_test
+from tests.support.family_tests import run_config_round_trip_test
 
 VOCABULARY_SIZE = 60
 MEM_LEN = 6
@@ -217,9 +217,18 @@ def test_out_of_range_ids_are_refused_before_the_graph():
 
 def test_config_round_trip_rebuilds_the_same_model():
     lm = _lm(same_length=False, per_layer_biases=False, norm_first=True)
-    clone = TransformerXLCausalLM.from_config(json.loads(json.dumps(lm.get_config())))
-    clone.set_weights(lm.get_weights())
     ids = _tokens(2, 5)
-    np.testing.assert_allclose(
-        _numpy(clone.score(ids)["log_probabilities"]), _numpy(lm.score(ids)["log_probabilities"]), atol=1e-6
+    run_config_round_trip_test(lm, ids, outputs=lambda model: model.score(ids)["log_probabilities"])
+
+
+def test_backbone_behaviour(tmp_path):
+    arguments = dict(vocabulary_size=VOCABULARY_SIZE, num_layers=1, num_heads=2, hidden_dim=8, head_dim=4,
+                     intermediate_dim=16, mem_len=4, cutoffs=[20, 40], div_val=2)
+
+    def inputs(batch, length):
+        return {"token_ids": _tokens(batch, length), "memory": np.zeros((batch, 1, 4, 8), "float32")}
+
+    run_backbone_test(
+        TransformerXLBackbone, arguments, inputs(2, 5), {"sequence_output": (2, 5, 8), "memory": (2, 1, 4, 8)},
+        tmp_path, variable_input_data=[(inputs(3, 7), {"sequence_output": (3, 7, 8), "memory": (3, 1, 4, 8)})],
     )

@@ -9,6 +9,9 @@ import pytest
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
+from tests.support.family_tests import run_backbone_test
+from tests.support.family_tests import run_config_round_trip_test
+from tests.support.tiny_models import vilbert_features
 from tests.support.vilbert_golden import load
 from tests.support.vilbert_golden import our_inputs
 
@@ -86,14 +89,20 @@ def test_inconsistent_co_attention_schedule(authors_config):
 
 
 def test_get_config_round_trip(backbone):
-    config = backbone.get_config()
-    rebuilt = ViLBERTBackbone.from_config(config)
-    assert rebuilt.get_config() == config
-    rebuilt.set_weights(backbone.get_weights())
     inputs = our_inputs(load("inputs"))
-    for ours in OUTPUTS:
-        np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(rebuilt(inputs)[ours]),
-            keras.ops.convert_to_numpy(backbone(inputs)[ours]),
-            atol=1e-6,
-        )
+    run_config_round_trip_test(backbone, inputs, outputs=lambda model: {key: model(inputs)[key] for key in OUTPUTS})
+
+
+def test_backbone_behaviour(tmp_path):
+    arguments = dict(
+        vocabulary_size=20, num_layers=2, num_heads=2, hidden_dim=8, intermediate_dim=16, region_feature_dim=4,
+        visual_num_layers=2, visual_num_heads=2, visual_hidden_dim=8, visual_intermediate_dim=16,
+        co_attention_dim=8, co_attention_num_heads=2, co_attention_text_layers=[1, 2],
+        co_attention_visual_layers=[0, 1], max_sequence_length=8,
+    )
+    shapes = {"sequence_output": (2, 6, 8), "visual_sequence_output": (2, 3, 8), "pooled_output": (2, 8),
+              "visual_pooled_output": (2, 8)}
+    run_backbone_test(
+        ViLBERTBackbone, arguments, vilbert_features(2), shapes, tmp_path,
+        variable_input_data=[(vilbert_features(3), {"sequence_output": (3, 6, 8)})],
+    )

@@ -15,7 +15,7 @@ from attention_zoo_keras.models.vilbert import ViLBERTPretrainer
 from attention_zoo_keras.models.vilbert import ViLBERTPretrainerPreprocessor
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
-from attention_zoo_keras.models.vilbert.vilbert_pretrainer import vilbert_pretraining_head_arrays
+from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_pretraining_head_arrays
 from tests.support.vilbert_golden import load
 from tests.support.vilbert_golden import our_inputs
 

@@ -9,7 +9,7 @@ import pytest
 
 from attention_zoo_keras.models.vilbert import ViLBERTBackbone
 from attention_zoo_keras.models.vilbert.vilbert_region_inputs import grid_boxes
-from attention_zoo_keras.models.vilbert.vilbert_region_inputs import image_grid_regions
+from attention_zoo_keras.models.vilbert.vilbert_grid_regions import image_grid_regions
 from attention_zoo_keras.models.vilbert.vilbert_region_inputs import region_inputs
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
 

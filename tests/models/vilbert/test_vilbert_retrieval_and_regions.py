@@ -14,9 +14,9 @@ from attention_zoo_keras.models.vilbert import ViLBERTImageTextRetriever
 from attention_zoo_keras.models.vilbert import ViLBERTRegionScorer
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
-from attention_zoo_keras.models.vilbert.vilbert_image_text_retriever import vilbert_retrieval_head_arrays
+from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_retrieval_head_arrays
 from attention_zoo_keras.models.vilbert.vilbert_region_scorer import region_hit
-from attention_zoo_keras.models.vilbert.vilbert_region_scorer import vilbert_region_scorer_head_arrays
+from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_region_scorer_head_arrays
 from tests.support.vilbert_golden import load
 from tests.support.vilbert_golden import our_inputs
 

@@ -12,7 +12,7 @@ from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_arrays
 from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_backbone_config
 from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import ViLBERTVisualQuestionAnswerer
 from attention_zoo_keras.models.vilbert.vilbert_losses import SummedBinaryCrossentropy
-from attention_zoo_keras.models.vilbert.vilbert_visual_question_answerer import vilbert_vqa_head_arrays
+from attention_zoo_keras.models.vilbert.vilbert_convert import vilbert_vqa_head_arrays
 from tests.support.vilbert_golden import load
 from tests.support.vilbert_golden import our_inputs
 

@@ -17,6 +17,10 @@ from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
+from tests.support.family_tests import run_backbone_test
+from tests.support.family_tests import run_config_round_trip_test
+from tests.support.family_tests import run_precision_test
+from tests.support.family_tests import run_preset_test
 from tests.support.tiny_models import weights_of
 from tests.support.tiny_checkpoints import TINY_VIT
 from tests.support.tiny_checkpoints import perturbed
@@ -103,10 +107,7 @@ def _assert_restored(restored, original, x):
 
 def test_save_to_preset_round_trip(tiny_vit_checkpoints, tmp_path):
     backbone = ViTBackbone.from_preset(str(tiny_vit_checkpoints["model"]))
-    backbone.save_to_preset(tmp_path / "preset")
-    restored = ViTBackbone.from_preset(str(tmp_path / "preset"))
-    assert restored.get_config() == backbone.get_config()
-    _assert_restored(restored, backbone, images(seed=3)[1])
+    run_preset_test(backbone, str(tmp_path / "preset"), images(seed=3)[1], atol=1e-6, rtol=1e-6)
 
 
 def test_a_resized_model_saves_and_reloads_at_its_size(tiny_vit_checkpoints, tmp_path):
@@ -232,11 +233,18 @@ def test_bad_arguments_raise():
         tiny_backbone(image_size=(16, 16, 3))
 
 
+def test_backbone_behaviour(tmp_path):
+    arguments = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    run_backbone_test(
+        ViTBackbone, arguments, images(16, 16)[1], {"sequence_output": (2, 5, 8)}, tmp_path,
+        variable_input_data=[(images(16, 16, batch=3)[1], {"sequence_output": (3, 5, 8)})],
+    )
+
+
 def test_config_round_trip_and_bfloat16():
-    backbone = tiny_backbone(image_size=(16, 24), patch_size=(8, 4), use_pooler=True, dtype="bfloat16")
-    rebuilt = ViTBackbone.from_config(json.loads(json.dumps(backbone.get_config())))
-    assert rebuilt.get_config() == backbone.get_config() and rebuilt.grid_size == (2, 6)
-    assert {v.dtype for v in rebuilt.weights} == {"bfloat16"}
-    outputs = rebuilt({"images": np.zeros((2, 16, 24, 3), "float32")})
+    arguments = dict(image_size=(16, 24), patch_size=(8, 4), use_pooler=True)
+    x = {"images": np.zeros((2, 16, 24, 3), "float32")}
+    rebuilt = run_config_round_trip_test(tiny_backbone(**arguments, dtype="bfloat16"), x)
+    assert rebuilt.grid_size == (2, 6) and {v.dtype for v in rebuilt.weights} == {"bfloat16"}
+    outputs = run_precision_test(tiny_backbone, arguments, x, policy="bfloat16")
     assert tuple(outputs["sequence_output"].shape) == (2, 13, 8)
-    assert keras.backend.standardize_dtype(outputs["pooled_output"].dtype) == "bfloat16"

@@ -14,6 +14,7 @@ from PIL import Image
 from attention_zoo_keras.models.vit import ViTBackbone
 from attention_zoo_keras.models.vit import ViTImageClassifier
 from attention_zoo_keras.models.vit import ViTImageConverter
+from tests.support.family_tests import run_preset_test
 from tests.support.tiny_checkpoints import perturbed
 from tests.support.tiny_checkpoints import TINY_VIT
 
@@ -104,13 +105,13 @@ def test_new_head_keeps_the_backbone(classifier_checkpoint):
 
 def test_save_and_reload_with_the_converter(classifier_checkpoint, tmp_path):
     classifier = ViTImageClassifier.from_preset(str(classifier_checkpoint), image_size=40)
-    classifier.save_to_preset(tmp_path / "preset")
+    images = uint8_images(seed=3)
+    reloaded = run_preset_test(
+        classifier, str(tmp_path / "preset"), images, outputs=lambda model: model.predict(images, verbose=0), atol=1e-6,
+    )
     assert (tmp_path / "preset" / "preprocessor.json").exists()
     assert not (tmp_path / "preset" / "tokenizer.json").exists()
-    reloaded = ViTImageClassifier.from_preset(str(tmp_path / "preset"))
     assert reloaded.class_names == classifier.class_names and reloaded.preprocessor.image_size == (40, 40)
-    images = uint8_images(seed=3)
-    np.testing.assert_allclose(reloaded.predict(images, verbose=0), classifier.predict(images, verbose=0), atol=1e-6)
 
 
 def test_converter_inputs():
