@@ -10,6 +10,7 @@ from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
+from attention_zoo_keras.models.exports_to_transformers import ExportsToTransformers
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.layout_maps import Distributable
 from attention_zoo_keras.models.lora import LoRA
@@ -40,7 +41,7 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, keras.Model):
+class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ExportsToTransformers, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so
@@ -71,8 +72,19 @@ class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ker
         return config
 
     @classmethod
+    def upgraded_config(cls, config):
+        """`config` as saved by an earlier version of the class, in today's
+        arguments (a class whose arguments were renamed overrides this);
+        `from_config` and the preset loader read configs through it.
+
+        Args:
+            config: dict. A saved `get_config()`.
+        """
+        return config
+
+    @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return cls(**cls.upgraded_config(config))
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, force_download=False, **kwargs):
@@ -83,13 +95,14 @@ class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ker
         the config are checked against the weights before anything is built.
 
         Args:
-            preset: a named preset (see `presets`), `"hf://org/repo[@rev]"`, or
-                a local directory — in this library's format or a
-                `transformers` checkpoint, converted on the fly.
-            load_weights: `False` builds the architecture only.
-            force_download: download hub files again even if they are cached
-                (to replace a corrupt cached file).
-            **kwargs: overrides of the config, e.g. `dtype="bfloat16"`; each
+            preset: str or pathlib.Path. A named preset (see `presets`),
+                `"hf://org/repo[@rev]"`, or a local directory — in this
+                library's format or a `transformers` checkpoint, converted
+                on the fly.
+            load_weights: bool. `False` builds the architecture only.
+            force_download: bool. Download hub files again even if they are
+                cached (to replace a corrupt cached file).
+            **kwargs: Overrides of the config, e.g. `dtype="bfloat16"`; each
                 must be an argument of the preset's backbone class.
 
         Example:

@@ -13,6 +13,7 @@ from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
+from attention_zoo_keras.models.exports_to_transformers import ExportsToTransformers
 from attention_zoo_keras.models.input_validation import ValidatesInputs
 from attention_zoo_keras.models.lora import DEFAULT_TARGET_NAMES
 from attention_zoo_keras.models.lora import merged_copy
@@ -36,7 +37,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedSteps, Quantizes, keras.Model):
+class Task(ValidatesInputs, TracedSteps, Quantizes, ExportsToTransformers, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
@@ -165,14 +166,15 @@ class Task(ValidatesInputs, TracedSteps, Quantizes, keras.Model):
         preset has one, and its preprocessor.
 
         Args:
-            preset: a named preset, `"hf://org/repo[@rev]"` or a local
-                directory (this library's format or `transformers`').
-            load_weights: `False` builds the architecture only.
-            preprocessor: `"auto"` builds it from the preset; `None` attaches
-                none; or pass one.
-            force_download: download hub files again even if they are cached
-                (to replace a corrupt cached file).
-            **kwargs: task arguments (e.g. `num_classes=2`); `dtype` is also
+            preset: str or pathlib.Path. A named preset,
+                `"hf://org/repo[@rev]"` or a local directory (this library's
+                format or `transformers`').
+            load_weights: bool. `False` builds the architecture only.
+            preprocessor: str, Preprocessor or None. `"auto"` builds it from
+                the preset; `None` attaches none; or pass one.
+            force_download: bool. Download hub files again even if they are
+                cached (to replace a corrupt cached file).
+            **kwargs: Task arguments (e.g. `num_classes=2`); `dtype` is also
                 passed to the backbone, and the names in
                 `shared_preset_arguments` (e.g. a ViT's `image_size`) go to
                 the backbone and the preprocessor only. A name the task does

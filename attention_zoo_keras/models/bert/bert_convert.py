@@ -10,10 +10,12 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_files
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.bert.bert_text_classifier import BertTextClassifier
 from attention_zoo_keras.models.bert.bert_text_embedder import BertTextEmbedder
+from attention_zoo_keras.models.bert.bert_tokenizer import SPECIAL_TOKENS
 from attention_zoo_keras.models.bert.bert_tokenizer import BertTokenizer
 
 POOLER_KEYS = frozenset({"pooler/kernel", "pooler/bias"})
@@ -39,8 +41,11 @@ class BertConverter(TransformersConverter):
     preprocessor_cls = BertPreprocessor
     optional_keys = POOLER_KEYS
     # `position_ids` buffers; `BertForPreTraining`'s next-sentence head; the
-    # masked-LM decoder, tied to the token embedding.
-    ignored_source_keys = (r".*position_ids", r"cls\.seq_relationship\..*", r"cls\.predictions\.decoder\.weight")
+    # masked-LM decoder, tied to the token embedding (and its bias to
+    # `cls.predictions.bias`, which is read where a checkpoint has both).
+    ignored_source_keys = (
+        r".*position_ids", r"cls\.seq_relationship\..*", r"cls\.predictions\.decoder\.(weight|bias)",
+    )
     head_keys = (r"mlm_head/.*", r"classifier/.*")
     checkpoint_sizes = {
         "vocabulary_size": ("token_embedding/embeddings", 0),
@@ -143,6 +148,39 @@ class BertConverter(TransformersConverter):
         if sentence_config.get("max_seq_length"):
             length = min(length, sentence_config["max_seq_length"])
         return {"sequence_length": length}
+
+    # `BertTextEmbedder` is not exported: its pooling and normalisation are
+    # sentence-transformers' files, not a `transformers` architecture.
+    transformers_architectures = {
+        "BertBackbone": "BertModel",
+        "BertMaskedLM": "BertForMaskedLM",
+        "BertTextClassifier": "BertForSequenceClassification",
+    }
+
+    transformers_names = {
+        "vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "hidden_dim": "hidden_size", "intermediate_dim": "intermediate_size", "dropout": "hidden_dropout_prob",
+        "attention_dropout": "attention_probs_dropout_prob", "max_sequence_length": "max_position_embeddings",
+        "num_segments": "type_vocab_size", "activation": "hidden_act", "layer_norm_epsilon": "layer_norm_eps",
+        "initializer_range": "initializer_range",
+    }
+
+    def transformers_config(self, model):
+        hf_config = super().transformers_config(model)
+        if isinstance(model, BertTextClassifier):
+            hf_config["num_labels"] = model.num_classes
+        return hf_config
+
+    def export_preprocessor(self, preprocessor, directory):
+        tokenizer = preprocessor.tokenizer
+        pad, unk, cls, sep, mask = SPECIAL_TOKENS
+        write_tokenizer_files(
+            tokenizer, directory, "BertTokenizer",
+            do_lower_case=tokenizer.normalizer_settings["lowercase"],
+            strip_accents=tokenizer.normalizer_settings["strip_accents"],
+            pad_token=pad, unk_token=unk, cls_token=cls, sep_token=sep, mask_token=mask,
+            model_max_length=preprocessor.sequence_length,
+        )
 
 
 register_converter(BertConverter())

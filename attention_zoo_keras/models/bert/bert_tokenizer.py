@@ -1,5 +1,7 @@
 """BERT's WordPiece tokenizer with its special tokens."""
 
+import json
+
 from attention_zoo_keras.tokenizers.tokenizer import Tokenizer
 from attention_zoo_keras.tokenizers.word_piece import word_piece_tokenizer
 
@@ -37,6 +39,21 @@ class BertTokenizer(Tokenizer):
     def special_token_ids(self):
         """Ids of `[PAD]`, `[UNK]`, `[CLS]`, `[SEP]` and `[MASK]`."""
         return (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
+
+    @property
+    def normalizer_settings(self):
+        """`{"lowercase": bool, "strip_accents": bool or None}`: how text is
+        normalized (the `BertNormalizer` of `tokenizer.json`; `False` /
+        `None` where there is none)."""
+        settings = {"lowercase": False, "strip_accents": None}
+        normalizer = json.loads(self.backend.to_str()).get("normalizer") or {}
+        steps = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+        for step in steps:
+            if step.get("type") == "BertNormalizer":
+                settings = {"lowercase": step["lowercase"], "strip_accents": step["strip_accents"]}
+            elif step.get("type") == "Lowercase":
+                settings["lowercase"] = True
+        return settings
 
     @classmethod
     def from_vocabulary(cls, vocabulary, lowercase=True, strip_accents=None):

@@ -15,9 +15,11 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_files
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
+from attention_zoo_keras.models.gpt.gpt_tokenizer import END_TOKEN
 from attention_zoo_keras.models.gpt.gpt_tokenizer import GPTTokenizer
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,31 @@ class GPTConverter(TransformersConverter):
 
     def preprocessor_config(self, source, hf_config):
         return {"sequence_length": hf_config.get("n_positions", 1024)}
+
+    transformers_architectures = {"GPTBackbone": "GPT2Model", "GPTCausalLM": "GPT2LMHeadModel"}
+
+    transformers_names = {
+        "vocabulary_size": "vocab_size", "num_layers": "n_layer", "num_heads": "n_head", "hidden_dim": "n_embd",
+        "intermediate_dim": "n_inner", "dropout": "resid_pdrop", "attention_dropout": "attn_pdrop",
+        "max_sequence_length": "n_positions", "activation": "activation_function",
+        "layer_norm_epsilon": "layer_norm_epsilon", "initializer_range": "initializer_range",
+    }
+
+    def transformers_config(self, model):
+        hf_config = super().transformers_config(model)
+        hf_config["embd_pdrop"] = hf_config["resid_pdrop"]  # one dropout rate here
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is not None:
+            end = preprocessor.tokenizer.end_token_id
+            hf_config.update(bos_token_id=end, eos_token_id=end)
+        return hf_config
+
+    def export_preprocessor(self, preprocessor, directory):
+        write_tokenizer_files(
+            preprocessor.tokenizer, directory, "GPT2Tokenizer",
+            bos_token=END_TOKEN, eos_token=END_TOKEN, unk_token=END_TOKEN, add_prefix_space=False,
+            model_max_length=preprocessor.sequence_length,
+        )
 
 
 register_converter(GPTConverter())

@@ -11,6 +11,7 @@ transposed. The sinusoid tables a checkpoint may hold are not read: the
 backbone computes them.
 """
 
+import json
 import logging
 
 import numpy as np
@@ -18,11 +19,18 @@ import numpy as np
 from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
+from attention_zoo_keras.hub.converters import NotExportableError
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
+from attention_zoo_keras.hub.transformers_export import TOKENIZER_CONFIG_FILE
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.transformer.transformer_backbone import TransformerBackbone
 from attention_zoo_keras.models.transformer.transformer_seq2seq_lm_preprocessor import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer.transformer_seq2seq_lm import TransformerSeq2SeqLM
+from attention_zoo_keras.models.transformer.transformer_tokenizer import END_TOKEN
+from attention_zoo_keras.models.transformer.transformer_tokenizer import PAD_TOKEN
+from attention_zoo_keras.models.transformer.transformer_tokenizer import TARGET_TOKENIZER_FILE
+from attention_zoo_keras.models.transformer.transformer_tokenizer import UNKNOWN_TOKEN
 from attention_zoo_keras.models.transformer.transformer_tokenizer import TransformerTokenizer
 
 logger = logging.getLogger(__name__)
@@ -154,6 +162,63 @@ class MarianConverter(TransformersConverter):
             "decoder_sequence_length": length,
             "decoder_start_token_id": hf_config.get("decoder_start_token_id"),
         }
+
+    transformers_architectures = {"TransformerBackbone": "MarianModel", "TransformerSeq2SeqLM": "MarianMTModel"}
+
+    transformers_names = {
+        "vocabulary_size": "vocab_size", "num_encoder_layers": "encoder_layers",
+        "num_decoder_layers": "decoder_layers", "num_heads": "encoder_attention_heads", "hidden_dim": "d_model",
+        "intermediate_dim": "encoder_ffn_dim", "dropout": "dropout", "attention_dropout": "attention_dropout",
+        "activation": "activation_function", "max_sequence_length": "max_position_embeddings",
+        "scale_embeddings": "scale_embedding",
+    }
+
+    def transformers_config(self, model):
+        hf_config = super().transformers_config(model)
+        backbone = getattr(model, "backbone", model)
+        hf_config.update(
+            decoder_attention_heads=hf_config["encoder_attention_heads"],
+            decoder_ffn_dim=hf_config["encoder_ffn_dim"],
+            share_encoder_decoder_embeddings=backbone.target_vocabulary_size is None,
+            decoder_vocab_size=backbone.decoder_vocabulary_size,
+            # Marian's padding id is its last, the decoder starts from it, and
+            # `</s>` is 0; `generate` never emits padding and ends at the
+            # length limit with `</s>`, as this library's does.
+            pad_token_id=backbone.decoder_vocabulary_size - 1,
+            decoder_start_token_id=backbone.decoder_vocabulary_size - 1,
+            eos_token_id=0,
+        )
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is not None:
+            hf_config.update(
+                pad_token_id=preprocessor.tokenizer.pad_token_id,
+                eos_token_id=preprocessor.tokenizer.end_token_id,
+                decoder_start_token_id=preprocessor.decoder_start_token_id,
+            )
+        hf_config["forced_eos_token_id"] = hf_config["eos_token_id"]
+        hf_config["bad_words_ids"] = [[hf_config["pad_token_id"]]]
+        return hf_config
+
+    def export_preprocessor(self, preprocessor, directory):
+        """`source.spm`, `target.spm`, `vocab.json` and the settings of
+        `transformers.MarianTokenizer`, which reads SentencePiece's own files
+        (kept by a tokenizer built from a Marian checkpoint)."""
+        tokenizer = preprocessor.tokenizer
+        if tokenizer.sentencepiece_models is None:
+            raise NotExportableError(
+                "transformers' MarianTokenizer reads SentencePiece models (source.spm, target.spm), and "
+                "this tokenizer has none (it was not read from a Marian checkpoint); export the model "
+                "alone with export_to_transformers(directory, include_preprocessor=False)."
+            )
+        tokenizer.save(directory)
+        for name in (TOKENIZER_FILE, TARGET_TOKENIZER_FILE):  # this library's own forms of the .spm files
+            (directory / name).unlink()
+        settings = {
+            "tokenizer_class": "MarianTokenizer",
+            "eos_token": END_TOKEN, "unk_token": UNKNOWN_TOKEN, "pad_token": PAD_TOKEN,
+            "model_max_length": preprocessor.encoder_sequence_length,
+        }
+        (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
 register_converter(MarianConverter())

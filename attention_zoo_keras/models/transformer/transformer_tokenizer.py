@@ -42,6 +42,9 @@ UNKNOWN_TOKEN = "<unk>"
 PAD_TOKEN = "<pad>"
 SPECIAL_TOKENS = (END_TOKEN, UNKNOWN_TOKEN, PAD_TOKEN)
 TARGET_TOKENIZER_FILE = "target_tokenizer.json"
+# Marian's SentencePiece models, kept as they came so that the tokenizer can
+# be written back out as `transformers.MarianTokenizer` reads it.
+SENTENCEPIECE_FILES = ("source.spm", "target.spm")
 
 _SPECIAL_TOKEN_SPLIT = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_TOKENS) + ")")
 
@@ -108,12 +111,17 @@ class TransformerTokenizer(Tokenizer):
     `TransformerTokenizer.from_characters`. Saved as `tokenizer.json` (the
     source side) and `target_tokenizer.json` (the target side), both in the
     `tokenizers` format (Marian's with SentencePiece's own ids), and
-    `vocab.json` (the shared ids); read back with `from_source`.
+    `vocab.json` (the shared ids), with Marian's `source.spm` and
+    `target.spm` where it was built from them; read back with `from_source`.
 
     Args:
-        tokenizer: the source side, a `tokenizers.Tokenizer`.
-        target_tokenizer: the target side, a `tokenizers.Tokenizer`.
-        vocabulary: `{piece: id}` with ids `0..n-1`, holding the special tokens.
+        tokenizer: `tokenizers.Tokenizer`. The source side.
+        target_tokenizer: `tokenizers.Tokenizer`. The target side.
+        vocabulary: dict of str to int. `{piece: id}` with ids `0..n-1`,
+            holding the special tokens.
+        sentencepiece_models: tuple of two bytes, or None. The source and
+            target SentencePiece model files the sides were read from
+            (`from_marian`), written beside them by `save`.
 
     Example:
 
@@ -131,8 +139,9 @@ class TransformerTokenizer(Tokenizer):
     (0, 5)
     """
 
-    def __init__(self, tokenizer, target_tokenizer, vocabulary):
+    def __init__(self, tokenizer, target_tokenizer, vocabulary, sentencepiece_models=None):
         super().__init__(tokenizer)
+        self.sentencepiece_models = sentencepiece_models
         self.target_backend = Tokenizer(target_tokenizer).backend
         if not isinstance(vocabulary, dict) or not all(
             isinstance(piece, str) and isinstance(token_id, int) for piece, token_id in vocabulary.items()
@@ -160,7 +169,10 @@ class TransformerTokenizer(Tokenizer):
         """
         if isinstance(vocabulary, (str, Path)):
             vocabulary = _read_vocabulary(vocabulary)
-        return cls(_sentencepiece_tokenizer(source_spm), _sentencepiece_tokenizer(target_spm), vocabulary)
+        return cls(
+            _sentencepiece_tokenizer(source_spm), _sentencepiece_tokenizer(target_spm), vocabulary,
+            sentencepiece_models=(Path(source_spm).read_bytes(), Path(target_spm).read_bytes()),
+        )
 
     @classmethod
     def from_characters(cls, characters):
@@ -168,9 +180,9 @@ class TransformerTokenizer(Tokenizer):
         id per character, shared by the source and target sides.
 
         Args:
-            characters: the characters to give ids: a string, or a list of
-                strings (say the training sources and targets) whose
-                characters all count.
+            characters: str or list of str. The characters to give ids: a
+                string, or a list of strings (say the training sources and
+                targets) whose characters all count.
 
         The ids are `</s>` 0, `<unk>` 1, `<pad>` 2, then the characters in
         code-point order, so the same characters give the same ids in any
@@ -224,17 +236,23 @@ class TransformerTokenizer(Tokenizer):
     @classmethod
     def from_source(cls, source):
         """Reads `tokenizer.json`, `target_tokenizer.json` and `vocab.json`
-        of a preset (a `PresetSource`)."""
+        of a preset (a `PresetSource`), and `source.spm` / `target.spm` if
+        it has them."""
+        models = [source.file(name) for name in SENTENCEPIECE_FILES]
         return cls(
             read_tokenizer_json(required_file(source, TOKENIZER_FILE)),
             read_tokenizer_json(required_file(source, TARGET_TOKENIZER_FILE)),
             _read_vocabulary(required_file(source, VOCABULARY_FILE)),
+            sentencepiece_models=tuple(path.read_bytes() for path in models) if all(models) else None,
         )
 
     def save(self, directory):
-        """Writes `tokenizer.json`, `target_tokenizer.json` and `vocab.json`
-        into `directory` (each atomically)."""
+        """Writes `tokenizer.json`, `target_tokenizer.json`, `vocab.json`
+        and the SentencePiece models it has into `directory` (each
+        atomically)."""
         directory = Path(directory)
+        for name, model in zip(SENTENCEPIECE_FILES, self.sentencepiece_models or ()):
+            write_atomically(directory / name, lambda path, model=model: Path(path).write_bytes(model))
         write_atomically(directory / TOKENIZER_FILE, self.backend.save)
         write_atomically(directory / TARGET_TOKENIZER_FILE, self.target_backend.save)
         write_atomically(

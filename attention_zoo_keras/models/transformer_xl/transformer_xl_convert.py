@@ -167,5 +167,76 @@ class TransformerXLConverter(TransformersConverter):
     def preprocessor_config(self, source, hf_config):
         return {"sequence_length": hf_config.get("tgt_len", 128)}
 
+    transformers_architectures = {
+        "TransformerXLBackbone": "TransfoXLModel",
+        "TransformerXLCausalLM": "TransfoXLLMHeadModel",
+    }
+
+    transformers_names = {
+        "vocabulary_size": "vocab_size", "num_layers": "n_layer", "num_heads": "n_head", "hidden_dim": "d_model",
+        "head_dim": "d_head", "intermediate_dim": "d_inner", "mem_len": "mem_len", "embedding_dim": "d_embed",
+        "cutoffs": "cutoffs", "div_val": "div_val", "clamp_len": "clamp_len", "same_length": "same_length",
+        "per_layer_biases": "untie_r", "norm_first": "pre_lnorm", "dropout": "dropout",
+        "attention_dropout": "dropatt", "layer_norm_epsilon": "layer_norm_epsilon",
+        "initializer_range": "init_std", "projection_initializer_range": "proj_init_std",
+    }
+
+    def transformers_config(self, model):
+        hf_config = {**super().transformers_config(model), "adaptive": True, "attn_type": 0}
+        if hasattr(model, "backbone"):
+            hf_config["tie_word_embeddings"] = model.tie_embeddings
+            hf_config["tie_projs"] = list(model.tie_projections)
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is not None:
+            hf_config["tgt_len"] = preprocessor.sequence_length
+        return hf_config
+
+    def transformers_shapes(self, hf_config):
+        """The tensors `TransfoXLModel` / `TransfoXLLMHeadModel` of
+        `transformers` 4.x save (the classes are gone from 5.0), each tied
+        tensor once, under the embedding's name."""
+        config = self.backbone_config(hf_config)
+        d_model, d_embed, div_val = config["hidden_dim"], config["embedding_dim"], config["div_val"]
+        heads = (config["num_heads"], config["head_dim"])
+        ends = [0, *config["cutoffs"], config["vocabulary_size"]]
+        num_tables = 1 if div_val == 1 else len(ends) - 1
+        rows = [ends[-1]] if div_val == 1 else [ends[i + 1] - ends[i] for i in range(num_tables)]
+        widths = [d_embed // div_val**i for i in range(num_tables)]
+        has_projection = div_val > 1 or d_embed != d_model
+        shapes = {}
+        for i in range(num_tables):
+            shapes[f"transformer.word_emb.emb_layers.{i}.weight"] = (rows[i], widths[i])
+            if has_projection:
+                shapes[f"transformer.word_emb.emb_projs.{i}"] = (d_model, widths[i])
+        if not config["per_layer_biases"]:
+            shapes["transformer.r_w_bias"] = shapes["transformer.r_r_bias"] = heads
+        width, inner = config["num_heads"] * config["head_dim"], config["intermediate_dim"]
+        for index in range(config["num_layers"]):
+            layer = f"transformer.layers.{index}"
+            shapes[f"{layer}.dec_attn.qkv_net.weight"] = (3 * width, d_model)
+            shapes[f"{layer}.dec_attn.o_net.weight"] = (d_model, width)
+            shapes[f"{layer}.dec_attn.r_net.weight"] = (width, d_model)
+            if config["per_layer_biases"]:
+                shapes[f"{layer}.dec_attn.r_w_bias"] = shapes[f"{layer}.dec_attn.r_r_bias"] = heads
+            shapes[f"{layer}.pos_ff.CoreNet.0.weight"] = (inner, d_model)
+            shapes[f"{layer}.pos_ff.CoreNet.0.bias"] = (inner,)
+            shapes[f"{layer}.pos_ff.CoreNet.3.weight"] = (d_model, inner)
+            shapes[f"{layer}.pos_ff.CoreNet.3.bias"] = (d_model,)
+            for norm in ("dec_attn.layer_norm", "pos_ff.layer_norm"):
+                shapes[f"{layer}.{norm}.weight"] = shapes[f"{layer}.{norm}.bias"] = (d_model,)
+        if hf_config["architectures"] == ["TransfoXLLMHeadModel"]:
+            if config["cutoffs"]:
+                shapes["crit.cluster_weight"] = (len(config["cutoffs"]), d_embed)
+                shapes["crit.cluster_bias"] = (len(config["cutoffs"]),)
+            tied_tables = hf_config.get("tie_word_embeddings", True)
+            tie = _tie_projections(hf_config) if tied_tables else [False] * num_tables
+            for i in range(num_tables):
+                shapes[f"crit.out_layers.{i}.bias"] = (rows[i],)
+                if not tied_tables:
+                    shapes[f"crit.out_layers.{i}.weight"] = (rows[i], widths[i])
+                if has_projection and not tie[i]:
+                    shapes[f"crit.out_projs.{i}"] = (d_model, widths[i])
+        return shapes
+
 
 register_converter(TransformerXLConverter())

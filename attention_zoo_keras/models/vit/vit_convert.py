@@ -12,6 +12,7 @@ tensor each; the positions are split into the class position and the
 
 import collections
 import inspect
+import json
 import logging
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
+from attention_zoo_keras.hub.converters import NotExportableError
 from attention_zoo_keras.hub.converters import register_converter
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.patch_embedding import as_pair
@@ -263,6 +265,48 @@ class ViTConverter(TransformersConverter):
             "image_mean": [float(value) for value in np.ravel(settings["image_mean"])],
             "image_std": [float(value) for value in np.ravel(settings["image_std"])],
         }
+
+    transformers_architectures = {"ViTBackbone": "ViTModel", "ViTImageClassifier": CLASSIFICATION_ARCHITECTURE}
+
+    transformers_names = {
+        "num_channels": "num_channels", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "hidden_dim": "hidden_size", "intermediate_dim": "intermediate_size", "dropout": "hidden_dropout_prob",
+        "attention_dropout": "attention_probs_dropout_prob", "layer_norm_epsilon": "layer_norm_eps",
+        "activation": "hidden_act", "initializer_range": "initializer_range",
+    }
+
+    def transformers_config(self, model):
+        hf_config = super().transformers_config(model)
+        backbone = getattr(model, "backbone", model)
+        hf_config.update(
+            image_size=list(backbone.image_size), patch_size=list(backbone.patch_size), qkv_bias=True
+        )
+        if backbone is not model:
+            if model.pooling != "token":
+                raise NotExportableError(
+                    f"transformers' {CLASSIFICATION_ARCHITECTURE} classifies the class token; this "
+                    f"ViTImageClassifier pools '{model.pooling}'."
+                )
+            names = model.class_names or [f"LABEL_{i}" for i in range(model.num_classes)]
+            hf_config["id2label"] = {str(i): name for i, name in enumerate(names)}
+            hf_config["label2id"] = {name: i for i, name in enumerate(names)}
+        return hf_config
+
+    def export_preprocessor(self, preprocessor, directory):
+        filters = {name: code for code, name in RESAMPLE_FILTERS.items()}
+        height, width = preprocessor.image_size
+        settings = {
+            "image_processor_type": "ViTImageProcessor",
+            "size": {"height": height, "width": width},
+            "do_resize": preprocessor.do_resize,
+            "resample": filters[preprocessor.resample],
+            "do_rescale": preprocessor.do_rescale,
+            "rescale_factor": preprocessor.rescale_factor,
+            "do_normalize": preprocessor.do_normalize,
+            "image_mean": preprocessor.image_mean.tolist(),
+            "image_std": preprocessor.image_std.tolist(),
+        }
+        (directory / "preprocessor_config.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
 
 register_converter(ViTConverter())
