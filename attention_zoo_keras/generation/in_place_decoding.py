@@ -74,6 +74,62 @@ def sampling_body(step, sampler, pad_id, process_logits=None):
     return decode_one
 
 
+def fixed_inputs(state, uniforms):
+    """`fixed`, what every step of the loop reads besides its own state:
+    `(prompt_mask, end_positions, stop_token_ids, uniforms, constants)`.
+
+    Args:
+        state: DecodingState. The decoding's start.
+        uniforms: float32 tensor of shape `(batch, buffer_length)`. The
+            sampler's randomness for each position.
+    """
+    return (state.prompt_mask, state.end_positions, state.stop_token_ids, uniforms, tuple(state.constants))
+
+
+def start_loop(state):
+    """The loop's state before its first step: `(index, token_ids, valid,
+    done, cache)`, `index` the first position to write, `valid` the prompt
+    mask, `done` the rows that write nothing.
+
+    Args:
+        state: DecodingState. The decoding's start.
+    """
+    start_index = ops.cast(state.start_index, "int32")
+    done = ops.less_equal(state.end_positions, start_index)
+    return start_index, state.token_ids, ops.copy(state.prompt_mask), done, state.cache
+
+
+def decode_until(body, loop_state, fixed, until):
+    """Runs the loop from `loop_state` (`start_loop`'s, or an earlier
+    call's) up to position `until`, or until every row is done.
+
+    A stream of tokens is this call repeated with growing `until` (one
+    compiled program for every chunk, `until` being a tensor); one call with
+    `until` at the buffer's end is the whole decoding.
+
+    Args:
+        body: callable. A `sampling_body` (or a recording of one).
+        loop_state: tuple. `(index, token_ids, valid, done, cache)`.
+        fixed: tuple. `fixed_inputs`' result.
+        until: int32 scalar. The position to stop before (capped at the
+            buffer's end).
+
+    Returns:
+        The loop's state after the last step run.
+    """
+    index, token_ids = loop_state[0], loop_state[1]
+    limit = ops.minimum(ops.cast(until, "int32"), ops.shape(token_ids)[1])
+
+    def keep_going(index, token_ids, valid, done, cache):
+        return ops.logical_and(ops.less(index, limit), ops.logical_not(ops.all(done)))
+
+    # Once every row is done a step writes pad ids over pad ids: running
+    # past the end changes nothing (see `decoding_while_loop`).
+    return decoding_while_loop(
+        keep_going, lambda *loop_state: body(*loop_state, fixed), tuple(loop_state), max_steps=limit - index
+    )
+
+
 def decode_in_place(body, state, uniforms):
     """Fills `state.token_ids` past the prompts, one position per step.
 
@@ -83,28 +139,13 @@ def decode_in_place(body, state, uniforms):
             ends, the stop ids, the first position to decode, the cache
             and the step's constants. Its `token_ids` are written in place
             under torch (see `write_rows`).
-        uniforms: float32 array of shape `(batch, buffer_length)`. Numbers
+        uniforms: float32 tensor of shape `(batch, buffer_length)`. Numbers
             in [0, 1), the sampler's randomness for each position.
 
     Returns:
         `(token_ids, valid)`: the filled buffer and a bool mask `(batch,
         buffer_length)` of the positions holding a prompt or generated token.
     """
-    token_ids, end_positions = state.token_ids, state.end_positions
-    fixed = (state.prompt_mask, end_positions, state.stop_token_ids, uniforms, tuple(state.constants))
-    buffer_length = ops.shape(token_ids)[1]
-
-    def keep_going(index, token_ids, valid, done, cache):
-        return ops.logical_and(ops.less(index, buffer_length), ops.logical_not(ops.all(done)))
-
-    start_index = ops.cast(state.start_index, "int32")
-    done = ops.less_equal(end_positions, start_index)
-    # Once every row is done a step writes pad ids over pad ids: running
-    # past the end changes nothing (see `decoding_while_loop`).
-    _, token_ids, valid, _, _ = decoding_while_loop(
-        keep_going,
-        lambda *loop_state: body(*loop_state, fixed),
-        (start_index, token_ids, ops.copy(state.prompt_mask), done, state.cache),
-        max_steps=buffer_length - start_index,
-    )
+    buffer_length = ops.shape(state.token_ids)[1]
+    _, token_ids, valid, _, _ = decode_until(body, start_loop(state), fixed_inputs(state, uniforms), buffer_length)
     return token_ids, valid

@@ -29,20 +29,15 @@ model step.
 import inspect
 
 import numpy as np
-from keras import ops
 
-from attention_zoo_keras.backend_support import compile_inference
-from attention_zoo_keras.backend_support import compile_step
 from attention_zoo_keras.generation.beam_search import BeamOptions
-from attention_zoo_keras.generation.beam_search import beam_search
-from attention_zoo_keras.generation.beam_search import beam_search_body
 from attention_zoo_keras.generation.decoding_rule import decoding_rule
-from attention_zoo_keras.generation.decoding_state import DecodingState
 from attention_zoo_keras.generation.generate_arguments import parse_stop_token_ids
 from attention_zoo_keras.generation.generate_arguments import split_generate_options
-from attention_zoo_keras.generation.in_place_decoding import decode_in_place
-from attention_zoo_keras.generation.in_place_decoding import sampling_body
-from attention_zoo_keras.generation.samplers import sampler_uniforms
+from attention_zoo_keras.generation.streaming import check_streamer
+from attention_zoo_keras.generation.streaming import feed_streamer
+from attention_zoo_keras.generation.streaming import text_pieces
+from attention_zoo_keras.models.decoding_programs import DecodingPrograms
 from attention_zoo_keras.models.generation_request import GenerationRequest
 from attention_zoo_keras.models.generation_request import check_integer_arguments
 from attention_zoo_keras.models.generation_request import right_padded
@@ -59,7 +54,7 @@ def round_up(value, multiple, cap):
     return max(value, min(-(-value // multiple) * multiple, cap))
 
 
-class GenerativeTask(Task):
+class GenerativeTask(DecodingPrograms, Task):
     """A `Task` with `generate` (see `GPTCausalLM`, `ReformerCausalLM`,
     `TransformerXLCausalLM`, `TransformerSeq2SeqLM`)."""
 
@@ -83,6 +78,8 @@ class GenerativeTask(Task):
         early_stopping=None,
         stop_token_ids="auto",
         seed=None,
+        streamer=None,
+        stream=False,
         **options,
     ):
         """Continues prompts (or translates sources) token by token, in one
@@ -122,6 +119,15 @@ class GenerativeTask(Task):
             seed: int or None. An int makes the random samplers reproducible
                 (the same draws on every backend); `None` draws fresh
                 randomness. Greedy decoding and beam search draw nothing.
+            streamer: object or None. Gets the tokens as they are decoded,
+                with `transformers`' streamer protocol: `put(ids)` with the
+                prompt's ids, then each chunk's new ids (int arrays of
+                shape `(1, n)`), then `end()`. One prompt only.
+            stream: bool. Return an iterator of text pieces instead, each
+                handed out as soon as decoded (a list of pieces, one per
+                prompt, for a list of prompts); joined they are the text
+                `generate` returns. Closing the iterator (or Ctrl-C) stops
+                the decoding. Text input only.
             **options: dict. The sampler's options (`temperature` and `k` for
                 top_k, `p` for top_p) and the task's own (e.g.
                 `TransformerSeq2SeqLM`'s `decoder_start_token_id`). Any
@@ -131,14 +137,17 @@ class GenerativeTask(Task):
             Strings (decoded outputs) for text input, a single string for a
             single string; otherwise a dict of numpy `token_ids` and
             `padding_mask` `(batch, length)`, right-padded, each row its
-            prompt (its decoder start token) and what was generated.
+            prompt (its decoder start token) and what was generated. With
+            `stream=True`, an iterator of text pieces.
 
         Prompts of different lengths share one buffer (see
         `generation.decode_in_place`); the cache of the prompts is filled
         once, then each step extends it by one token. The whole loop is one
         compiled program per backend (`backend_support.compile_inference`);
         buffer lengths are rounded up so that new prompts rarely need a new
-        compilation.
+        compilation. Streamed, the loop runs in chunks of up to 16 tokens
+        (`generation.streaming`); beam search, whose best hypothesis is
+        known only at the end, hands out its result at the end.
 
         Example:
 
@@ -146,6 +155,8 @@ class GenerativeTask(Task):
         >>> lm.generate("Once upon", max_new_tokens=20, sampler="top_p", p=0.9,
         ...             temperature=0.8, seed=0)                          # doctest: +SKIP
         >>> lm.generate("Once upon", max_new_tokens=20, num_beams=4)      # doctest: +SKIP
+        >>> for piece in lm.generate("Once upon", max_new_tokens=20, stream=True):  # doctest: +SKIP
+        ...     print(piece, end="", flush=True)
         """
         arguments = [p for p in inspect.signature(GenerativeTask.generate).parameters if p != "self"]
         sampler_options, task_options = split_generate_options(
@@ -156,11 +167,39 @@ class GenerativeTask(Task):
         end_token_id = None if self.preprocessor is None else self.preprocessor.tokenizer.end_token_id
         stop_ids = parse_stop_token_ids(stop_token_ids, end_token_id)
         request = self._prepare_generation(inputs, max_length, max_new_tokens, stop_ids, **task_options)
+        if stream or streamer is not None:
+            return self._streamed(request, rule, seed, streamer, stream)
         if isinstance(rule, BeamOptions):
             token_ids, valid = self._beam_generate(request, rule)
         else:
             token_ids, valid = self._sample_generate(request, rule, seed)
         return self._generation_outputs(request, token_ids, valid)
+
+    def _streamed(self, request, rule, seed, streamer, stream):
+        """`generate` with a `streamer` (then its usual result) or as an
+        iterator of text pieces (`stream`)."""
+        if streamer is not None:
+            check_streamer(streamer)
+            if stream:
+                raise ValueError("Give streamer or stream=True, not both.")
+            if len(request.token_ids) != 1:
+                raise ValueError(f"A streamer takes one prompt's tokens; got {len(request.token_ids)} prompts.")
+        elif not request.is_text:
+            raise ValueError("stream=True streams text: give text inputs (with a preprocessor), or use a streamer.")
+        if isinstance(rule, BeamOptions):
+            buffers = self._beam_stream(request, rule)
+        else:
+            buffers = self._sample_stream(request, rule, seed)
+        if stream:
+            decode = self.preprocessor.tokenizer.decode
+            return text_pieces(buffers, lambda ids: decode(ids[self.text_starts_at:]), request.is_single)
+        return self._generation_outputs(request, *feed_streamer(streamer, buffers))
+
+    def _beam_stream(self, request, options):
+        """The prompts, then beam search's result: its best hypothesis is
+        known only at the end."""
+        yield request.token_ids, request.prompt_mask
+        yield self._beam_generate(request, options)
 
     # --- arguments ----------------------------------------------------------
 
@@ -224,167 +263,6 @@ class GenerativeTask(Task):
             else:
                 groups.append((rows, buffer_length))
         return groups
-
-    def _decoding_step(self, recorded=True):
-        """The function the decoding loop calls at every position,
-        `step(token_column, cache, index, *constants) -> (logits, cache)`:
-        `_next_token_logits`, made cheap per call (`compile_step`) if
-        `recorded`."""
-        if not recorded:
-            return self._next_token_logits
-        return compile_step(self._next_token_logits, self.variables)
-
-    def _recorded_body(self, make_body):
-        """The decoding loop's body, `make_body(step)`, made cheap per call.
-
-        Under torch the whole body (the model's step, the sampler, the
-        buffer writes) is recorded once per input signature, compiled by
-        inductor after `compile(jit_compile=True)`, and on CUDA replayed as
-        one captured CUDA graph (`compile_step`), so a token costs one
-        launch rather than hundreds of Python-dispatched operations. A
-        body that branches on a tensor's value (the Reformer's first step,
-        a forced end token) cannot be recorded whole: it runs eagerly
-        around the recorded model step instead. Under JAX and TensorFlow
-        the loop is compiled whole anyway and this is `make_body(step)`.
-        """
-        return compile_step(
-            make_body(self._decoding_step(recorded=False)),
-            self.variables,
-            on_new_signature=self._announcer("the decoding step"),
-            compile_program=self.jit_compile is True,
-            fallback=make_body(self._decoding_step()),
-            capture_cuda_graph=True,
-        )
-
-    def _recorded_start(self, num_beams):
-        """`_start_decoding` for `num_beams` rows per prompt, `start(inputs,
-        token_ids, start_index) -> (cache, constants)`: the prompt pass (or
-        the encoder) recorded once per input signature under torch, like
-        the loop's body (`_recorded_body`); a family whose pass branches on
-        a value runs it eagerly. Shared by every sampler's loop."""
-
-        def start(inputs, token_ids, start_index):
-            return self._start_decoding(inputs, token_ids, start_index, num_beams)
-
-        return self._generation_function(
-            ("start", num_beams),
-            lambda: compile_step(
-                start,
-                self.variables,
-                on_new_signature=self._announcer("the prompt pass"),
-                compile_program=self.jit_compile is True,
-                fallback=start,
-            ),
-        )
-
-    def _forget_compiled_functions(self):
-        super()._forget_compiled_functions()
-        self.__dict__.pop("_generation_functions", None)
-
-    def compile(self, *args, **kwargs):
-        """`Task.compile`; the generation functions are made anew after it
-        (under torch they follow `jit_compile`)."""
-        self.__dict__.pop("_generation_functions", None)
-        super().compile(*args, **kwargs)
-
-    def _generation_function(self, key, build):
-        """The generation function for `key`, built once by `build()` (and
-        forgotten with the compiled functions, or by `compile()`)."""
-        functions = self.__dict__.setdefault("_generation_functions", {})
-        if key not in functions:
-            functions[key] = build()
-        return functions[key]
-
-    def _compiled(self, key, build):
-        """The compiled generation function for `key`, built once by `build()`."""
-        return self._generation_function(key, lambda: compile_inference(build(), self.variables))
-
-    def _sample_generate(self, request, sampler, seed):
-        """`(token_ids, valid)` numpy `(batch, buffer_length)`: the request
-        decoded with `sampler` (see `generation.decode_in_place`)."""
-
-        def build():
-            process = self._score_processor(request.rules)
-            body = self._recorded_body(lambda step: sampling_body(step, sampler, request.pad_id, process))
-            start = self._recorded_start(1)
-
-            def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
-                cache, constants = start(inputs, token_ids, start_index)
-                state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
-                return decode_in_place(body, state, uniforms)
-
-            return run
-
-        key = ("sample", type(sampler).__name__, tuple(sampler.config().items()), request.pad_id, request.rules)
-        run = self._compiled(key, build)
-        token_ids, valid = request.token_ids.copy(), np.zeros(request.token_ids.shape, dtype=bool)
-        for rows, buffer_length in self._row_groups(request, by_prompt_length=False):
-            prompt_length = int(request.prompt_lengths[rows].min())
-            ends = request.end_positions[rows]
-            uniforms = sampler_uniforms(sampler, len(rows), buffer_length, int(ends.max()), seed)
-            ids, mask = run(
-                *self._tensors(
-                    self._decoding_inputs(request, rows, buffer_length, prompt_length),
-                    request.token_ids[rows, :buffer_length],
-                    request.prompt_mask[rows, :buffer_length],
-                    ends,
-                    self._stop_tensor(request),
-                    uniforms,
-                    np.int32(prompt_length),
-                )
-            )
-            token_ids[rows, :buffer_length] = ops.convert_to_numpy(ids)
-            valid[rows, :buffer_length] = ops.convert_to_numpy(mask)
-        return token_ids, valid
-
-    def _beam_generate(self, request, options):
-        """`(token_ids, valid)` numpy `(batch, buffer_length)`: the best
-        hypothesis of beam search for each prompt. Prompts of one length are
-        searched together (the length penalty counts generated tokens, so a
-        prompt's result never depends on the others in the batch)."""
-
-        def build():
-            process = self._score_processor(request.rules)
-            body = self._recorded_body(lambda step: beam_search_body(step, options, process_log_probs=process))
-            start = self._recorded_start(options.num_beams)
-
-            def run(inputs, token_ids, end_positions, stop_ids, start_index):
-                cache, constants = start(inputs, token_ids, start_index)
-                state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
-                return beam_search(body, state, options)
-
-            return run
-
-        run = self._compiled(("beam", options, request.rules), build)
-        token_ids, valid = request.token_ids.copy(), np.zeros(request.token_ids.shape, dtype=bool)
-        for rows, buffer_length in self._row_groups(request, by_prompt_length=True):
-            prompt_length = int(request.prompt_lengths[rows[0]])
-            best, best_lengths = run(
-                *self._tensors(
-                    self._decoding_inputs(request, rows, buffer_length, prompt_length),
-                    request.token_ids[rows, :buffer_length],
-                    request.end_positions[rows],
-                    self._stop_tensor(request),
-                    np.int32(prompt_length),
-                )
-            )
-            token_ids[rows, :buffer_length] = ops.convert_to_numpy(best)
-            best_lengths = np.asarray(ops.convert_to_numpy(best_lengths))
-            valid[rows, :buffer_length] = np.arange(buffer_length)[None, :] < best_lengths[:, None]
-        return token_ids, valid
-
-    @staticmethod
-    def _stop_tensor(request):
-        return np.array(request.stop_ids or [-1], dtype="int32")
-
-    @staticmethod
-    def _tensors(*arrays):
-        """The compiled program's arguments: each array (or tuple of
-        arrays) as tensors."""
-        return [
-            tuple(ops.convert_to_tensor(a) for a in array) if isinstance(array, tuple) else ops.convert_to_tensor(array)
-            for array in arrays
-        ]
 
     def _generation_outputs(self, request, token_ids, valid):
         """`generate`'s result: texts for text input, else the dict of

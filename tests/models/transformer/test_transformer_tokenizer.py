@@ -220,9 +220,11 @@ def test_vocabulary_without_special_tokens_or_as_bad_json_is_refused(tiny_marian
 def test_save_and_read_back_from_a_directory(tokenizer, tmp_path):
     tokenizer.save(tmp_path)
     names = sorted(path.name for path in tmp_path.iterdir())
-    assert names == ["target_tokenizer.json", "tokenizer.json", "vocab.json"]
+    # Marian's SentencePiece models travel along, for export_to_transformers.
+    assert names == ["source.spm", "target.spm", "target_tokenizer.json", "tokenizer.json", "vocab.json"]
 
     reloaded = TransformerTokenizer.from_source(PresetSource(tmp_path))
+    assert reloaded.sentencepiece_models == tokenizer.sentencepiece_models is not None
 
     assert reloaded.encode(TEXTS) == tokenizer.encode(TEXTS)
     assert reloaded.encode_target(TEXTS) == tokenizer.encode_target(TEXTS)
