@@ -11,6 +11,7 @@
 # NAME                 backends (BACKENDS)      also
 # bert                 jax tensorflow torch
 # gpt_generation       jax tensorflow torch
+# streaming            jax tensorflow torch
 # translation          jax tensorflow torch
 # transformer_xl_eval  jax tensorflow torch
 # attention_scaling    jax tensorflow torch     plot PLOT (docs/attention_scaling.png)
@@ -139,7 +140,7 @@ nice=()
 case "$NAME" in
     setup) setup; exit $? ;;
     -h|--help|help) usage ;;
-    bert|gpt_generation|translation|transformer_xl_eval) default_backends="jax tensorflow torch" ;;
+    bert|gpt_generation|streaming|translation|transformer_xl_eval) default_backends="jax tensorflow torch" ;;
     attention_scaling|linear_generation) default_backends="jax tensorflow torch"; plot_default="docs/$NAME.png" ;;
     reformer)
         default_backends="jax torch tensorflow"

@@ -14,8 +14,10 @@ and filler tokens up to GPT-2's 50,257 ids, without merges: prompts encode
 to one token per byte, and every generated id decodes to text, so the
 streamed run decodes and cuts text as it would with GPT-2's own tokenizer.
 
-Run: `KERAS_BACKEND=jax python -m benchmarks.streaming_benchmark` (GPT-2
-small, batch sizes 1 and 8, 64 new tokens); `--tiny` for a quick check.
+Run: `bash benchmarks/run.sh streaming` (every backend, log and JSON in
+`benchmarks/results/`), or `KERAS_BACKEND=jax python -m
+benchmarks.streaming_benchmark` (GPT-2 small, batch sizes 1 and 8, 64 new
+tokens); `--tiny` for a quick check.
 """
 
 import argparse
@@ -44,6 +46,7 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each contender first")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the backend (default: all)")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer, 64-wide model: a smoke test of the script")
+    parser.add_argument("--backend-label", default=None, help="the backend's name in the output (default: Keras')")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
 
@@ -130,6 +133,7 @@ def run_batch(lm, texts, args):
 def main(argv=None):
     args = parse_args(argv)
     backend, _ = start_backend(args.threads)
+    backend = args.backend_label or backend
     config = TINY if args.tiny else GPT2_SMALL
     lm = build_model(config, sequence_length=args.prompt_len + args.new_tokens)
     print(f"backend {backend}; {cpu_line(args.threads)}; {load_line('start')}")

@@ -1,9 +1,10 @@
-"""Export for serving (issue 21) with Keras' own exporter, `model.export`:
+"""Export for serving (issues 21, 25) with Keras' own exporter, `model.export`:
 each family's task, exported with an input signature of fixed shapes,
 reloads outside Keras and gives the Keras model's outputs: a TensorFlow
 SavedModel from JAX and TensorFlow (`tf.saved_model.load`), ONNX from torch
-(`onnxruntime`). From TensorFlow, a Reformer exported with its length
-unknown serves every length."""
+(`onnxruntime`), LiteRT from TensorFlow (the LiteRT interpreter). From
+TensorFlow, a Reformer exported with its length unknown serves every
+length."""
 
 import keras
 import numpy as np
@@ -70,3 +71,39 @@ def test_a_reformer_exported_with_an_unknown_length_serves_every_length(tmp_path
         features = {name: value[:, :length] for name, value in x.items()}
         (expected,) = outputs_of(model, features)
         np.testing.assert_allclose(reloaded.serve(features).numpy(), expected, atol=1e-5, rtol=1e-5)
+
+
+# The Reformer's converted graph holds a TensorFlow op LiteRT's built-in
+# kernels lack (`FlexBitwiseAnd`, as `tf.lite.experimental.Analyzer` names
+# it), which only an interpreter with TensorFlow's Select ops runs.
+LITERT_CASES = sorted(name for name in task_cases() if not name.startswith("reformer"))
+
+
+@pytest.mark.skipif(
+    BACKEND != "tensorflow",
+    reason="Keras exports LiteRT from TensorFlow, and from torch only through the litert-torch package, which is "
+    "not a dependency here; JAX has no LiteRT export in Keras",
+)
+@pytest.mark.parametrize("case", LITERT_CASES)
+def test_a_litert_model_gives_the_keras_outputs(case, tmp_path):
+    """`model.export(path, format="litert")`: the flatbuffer, run by the
+    LiteRT interpreter, gives the Keras model's outputs (its inputs are
+    the dict's values in sorted key order)."""
+    import warnings
+
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model, x = task_cases()[case]()
+    expected = outputs_of(model, x)
+    path = tmp_path / "model.tflite"
+    model.export(str(path), format="litert", input_signature=_signature(x), verbose=False)
+
+    with warnings.catch_warnings():  # tf.lite.Interpreter's notice that it moves to ai_edge_litert
+        warnings.simplefilter("ignore", UserWarning)
+        runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
+    outputs = runner(**dict(zip(runner.get_input_details(), [x[key] for key in sorted(x)])))
+    actual = [outputs[name] for name in sorted(outputs)]
+    assert len(actual) == len(expected)
+    for got, wanted in zip(actual, expected):
+        np.testing.assert_allclose(got, wanted, atol=1e-5, rtol=1e-5)
