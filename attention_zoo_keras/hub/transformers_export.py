@@ -34,17 +34,19 @@ from attention_zoo_keras.hub.converters import NotExportableError
 from attention_zoo_keras.hub.converters import converter_for_backbone
 from attention_zoo_keras.hub.converters import matches_any
 from attention_zoo_keras.hub.optional_modules import optional_module
+from attention_zoo_keras.hub.preset_format import CONFIG_FILE
+from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
+from attention_zoo_keras.hub.preset_format import VOCABULARY_FILE
 from attention_zoo_keras.hub.safetensors_file import write_safetensors
+from attention_zoo_keras.hub.weights import WEIGHTS_FILE
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.user_warnings import warn
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # Every file an export may write (a family's `export_preprocessor` included).
 EXPORTED_FILES = frozenset({
-    CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_CONFIG_FILE, "tokenizer.json", "preprocessor_config.json",
-    "source.spm", "target.spm", "vocab.json",
+    CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, "preprocessor_config.json",
+    "source.spm", "target.spm", VOCABULARY_FILE,
 })
 # Configuration entries that say how a model is built or run, not what it
 # computes (so do initializers: keys ending in `initializer` or
@@ -232,19 +234,16 @@ def check_expressible(converter, backbone, hf_config, checkpoint):
         )
 
 
-def write_tokenizer_files(tokenizer, directory, tokenizer_class, **settings):
-    """Writes `tokenizer.json` (ours is the `tokenizers` library's format,
-    which `transformers` reads) and a `tokenizer_config.json` naming
-    `transformers`' tokenizer class and its `settings` (special tokens,
-    maximum length).
+def write_tokenizer_config(directory, tokenizer_class, **settings):
+    """Writes the `tokenizer_config.json` that names `transformers`'
+    tokenizer class and its `settings` (special tokens, maximum length)
+    beside the tokenizer's own files.
 
     Args:
-        tokenizer: Tokenizer. The tokenizer to write.
         directory: pathlib.Path. Where to write.
         tokenizer_class: str. The `transformers` class, e.g. `"BertTokenizer"`.
         **settings: that class's arguments.
     """
-    tokenizer.save(directory)
     config = {"tokenizer_class": tokenizer_class, **settings}
     (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 

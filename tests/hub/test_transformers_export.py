@@ -229,6 +229,23 @@ def test_reformer_causal_lm_logits_match(tmp_path):
     np.testing.assert_allclose(theirs, _numpy(ours), atol=TOLERANCE)
 
 
+@pytest.mark.parametrize("div_val", [1, 2])
+def test_transformer_xl_exports_load_back(tmp_path, div_val):
+    """Both adaptive layouts, projected (`embedding_dim != hidden_dim`):
+    one table over the vocabulary with a softmax projection per cluster
+    (`div_val` 1), or a table per cluster; untied tables and projections."""
+    backbone = azk.models.TransformerXLBackbone(
+        vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, head_dim=4, intermediate_dim=16, mem_len=4,
+        embedding_dim=12, cutoffs=[10, 20], div_val=div_val, dropout=0.0,
+    )
+    lm = azk.models.TransformerXLCausalLM(backbone, tie_embeddings=False)
+    lm.export_to_transformers(tmp_path)
+    reloaded = azk.models.TransformerXLCausalLM.from_preset(str(tmp_path), preprocessor=None)
+    token_ids = np.random.RandomState(0).randint(0, 30, (2, 5))
+    expected = _numpy(lm.score(token_ids)["log_probabilities"])
+    np.testing.assert_array_equal(_numpy(reloaded.score(token_ids)["log_probabilities"]), expected)
+
+
 def test_lora_updates_are_merged_into_the_export(tmp_path):
     backbone = azk.models.GPTBackbone(
         vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=16

@@ -10,7 +10,7 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
-from attention_zoo_keras.hub.transformers_export import write_tokenizer_files
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_config
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.bert.bert_text_classifier import BertTextClassifier
@@ -174,8 +174,9 @@ class BertConverter(TransformersConverter):
     def export_preprocessor(self, preprocessor, directory):
         tokenizer = preprocessor.tokenizer
         pad, unk, cls, sep, mask = SPECIAL_TOKENS
-        write_tokenizer_files(
-            tokenizer, directory, "BertTokenizer",
+        tokenizer.save(directory)  # tokenizer.json, which transformers reads
+        write_tokenizer_config(
+            directory, "BertTokenizer",
             do_lower_case=tokenizer.normalizer_settings["lowercase"],
             strip_accents=tokenizer.normalizer_settings["strip_accents"],
             pad_token=pad, unk_token=unk, cls_token=cls, sep_token=sep, mask_token=mask,

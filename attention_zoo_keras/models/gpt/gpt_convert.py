@@ -15,7 +15,7 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
-from attention_zoo_keras.hub.transformers_export import write_tokenizer_files
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_config
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
@@ -135,8 +135,9 @@ class GPTConverter(TransformersConverter):
         return hf_config
 
     def export_preprocessor(self, preprocessor, directory):
-        write_tokenizer_files(
-            preprocessor.tokenizer, directory, "GPT2Tokenizer",
+        preprocessor.tokenizer.save(directory)  # tokenizer.json, which transformers reads
+        write_tokenizer_config(
+            directory, "GPT2Tokenizer",
             bos_token=END_TOKEN, eos_token=END_TOKEN, unk_token=END_TOKEN, add_prefix_space=False,
             model_max_length=preprocessor.sequence_length,
         )

@@ -11,25 +11,22 @@ transposed. The sinusoid tables a checkpoint may hold are not read: the
 backbone computes them.
 """
 
-import json
 import logging
 
 import numpy as np
 
 from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
-from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import NotExportableError
+from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
-from attention_zoo_keras.hub.preset_format import TOKENIZER_FILE
-from attention_zoo_keras.hub.transformers_export import TOKENIZER_CONFIG_FILE
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_config
 from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.models.transformer.transformer_backbone import TransformerBackbone
 from attention_zoo_keras.models.transformer.transformer_seq2seq_lm_preprocessor import TransformerSeq2SeqLMPreprocessor
 from attention_zoo_keras.models.transformer.transformer_seq2seq_lm import TransformerSeq2SeqLM
 from attention_zoo_keras.models.transformer.transformer_tokenizer import END_TOKEN
 from attention_zoo_keras.models.transformer.transformer_tokenizer import PAD_TOKEN
-from attention_zoo_keras.models.transformer.transformer_tokenizer import TARGET_TOKENIZER_FILE
 from attention_zoo_keras.models.transformer.transformer_tokenizer import UNKNOWN_TOKEN
 from attention_zoo_keras.models.transformer.transformer_tokenizer import TransformerTokenizer
 
@@ -210,15 +207,11 @@ class MarianConverter(TransformersConverter):
                 "this tokenizer has none (it was not read from a Marian checkpoint); export the model "
                 "alone with export_to_transformers(directory, include_preprocessor=False)."
             )
-        tokenizer.save(directory)
-        for name in (TOKENIZER_FILE, TARGET_TOKENIZER_FILE):  # this library's own forms of the .spm files
-            (directory / name).unlink()
-        settings = {
-            "tokenizer_class": "MarianTokenizer",
-            "eos_token": END_TOKEN, "unk_token": UNKNOWN_TOKEN, "pad_token": PAD_TOKEN,
-            "model_max_length": preprocessor.encoder_sequence_length,
-        }
-        (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+        tokenizer.save_marian_files(directory)
+        write_tokenizer_config(
+            directory, "MarianTokenizer", eos_token=END_TOKEN, unk_token=UNKNOWN_TOKEN, pad_token=PAD_TOKEN,
+            model_max_length=preprocessor.encoder_sequence_length,
+        )
 
 
 register_converter(MarianConverter())

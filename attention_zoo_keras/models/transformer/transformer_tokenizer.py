@@ -251,10 +251,17 @@ class TransformerTokenizer(Tokenizer):
         and the SentencePiece models it has into `directory` (each
         atomically)."""
         directory = Path(directory)
-        for name, model in zip(SENTENCEPIECE_FILES, self.sentencepiece_models or ()):
-            write_atomically(directory / name, lambda path, model=model: Path(path).write_bytes(model))
         write_atomically(directory / TOKENIZER_FILE, self.backend.save)
         write_atomically(directory / TARGET_TOKENIZER_FILE, self.target_backend.save)
+        self.save_marian_files(directory)
+
+    def save_marian_files(self, directory):
+        """Writes Marian's own files into `directory` (each atomically): the
+        shared `vocab.json` and, where this tokenizer has them, `source.spm`
+        and `target.spm` (what `transformers.MarianTokenizer` reads)."""
+        directory = Path(directory)
+        for name, model in zip(SENTENCEPIECE_FILES, self.sentencepiece_models or ()):
+            write_atomically(directory / name, lambda path, model=model: Path(path).write_bytes(model))
         write_atomically(
             directory / VOCABULARY_FILE,
             lambda path: Path(path).write_text(

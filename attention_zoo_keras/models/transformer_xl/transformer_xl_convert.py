@@ -27,6 +27,7 @@ from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.layers.adaptive_embedding import cluster_bounds
 from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from attention_zoo_keras.models.transformer_xl.transformer_xl_causal_lm import TransformerXLCausalLM
 from attention_zoo_keras.models.transformer_xl.transformer_xl_causal_lm_preprocessor import TransformerXLCausalLMPreprocessor
@@ -51,6 +52,29 @@ def _tie_projections(hf_config):
     cutoffs = hf_config.get("cutoffs", [20000, 40000, 200000])
     tie = hf_config.get("tie_projs", [False] + [True] * len(cutoffs))
     return [bool(t) for t in tie][: len(cutoffs) + 1]
+
+
+def _table_shapes(config):
+    """`(rows, width)` of each adaptive table (`emb_layers`, `out_layers`):
+    one over the whole vocabulary when `div_val` is 1, else one per cluster,
+    `embedding_dim / div_val**i` wide."""
+    if config["div_val"] == 1:
+        return [(config["vocabulary_size"], config["embedding_dim"])]
+    bounds = cluster_bounds(config["vocabulary_size"], config["cutoffs"])
+    return [(stop - start, config["embedding_dim"] // config["div_val"] ** i) for i, (start, stop) in enumerate(bounds)]
+
+
+def _has_projections(config):
+    """Whether the tables are projected to `hidden_dim` (`emb_projs`,
+    `out_projs`)."""
+    return config["div_val"] > 1 or config["embedding_dim"] != config["hidden_dim"]
+
+
+def _output_projection_widths(config):
+    """The width of each softmax projection (`out_projs.{i}`): one per
+    cluster, even when `div_val` is 1 and one table serves them all."""
+    widths = [width for _, width in _table_shapes(config)]
+    return widths * (len(config["cutoffs"]) + 1) if config["div_val"] == 1 else widths
 
 
 class TransformerXLConverter(TransformersConverter):
@@ -101,12 +125,10 @@ class TransformerXLConverter(TransformersConverter):
                 "This checkpoint has no 'transformer.word_emb.emb_layers.0.weight'; it is not a "
                 "TransfoXLLMHeadModel checkpoint."
             )
-        num_clusters = 1 if config["div_val"] == 1 else len(config["cutoffs"]) + 1
-        has_input_projection = config["div_val"] > 1 or config["embedding_dim"] != config["hidden_dim"]
         arrays = {}
-        for i in range(num_clusters):
+        for i in range(len(_table_shapes(config))):
             arrays[f"token_embedding/embeddings_{i}"] = checkpoint[f"transformer.word_emb.emb_layers.{i}.weight"]
-            if has_input_projection:
+            if _has_projections(config):
                 arrays[f"token_embedding/projection_{i}"] = np.asarray(checkpoint[f"transformer.word_emb.emb_projs.{i}"]).T
         if not config["per_layer_biases"]:
             arrays["shared_biases/content_bias"] = checkpoint["transformer.r_w_bias"]
@@ -137,19 +159,25 @@ class TransformerXLConverter(TransformersConverter):
         if config["cutoffs"]:
             arrays["lm_head/cluster_weight"] = checkpoint["crit.cluster_weight"]
             arrays["lm_head/cluster_bias"] = checkpoint["crit.cluster_bias"]
-        num_tables = 1 if config["div_val"] == 1 else len(config["cutoffs"]) + 1
+        num_tables = len(_table_shapes(config))
         for i in range(num_tables):
             arrays[f"lm_head/output_bias_{i}"] = checkpoint[f"crit.out_layers.{i}.bias"]
         tied_tables = hf_config.get("tie_word_embeddings", True)
         if not tied_tables:
             for i in range(num_tables):
                 arrays[f"lm_head/output_embeddings_{i}"] = checkpoint[f"crit.out_layers.{i}.weight"]
-        has_projection = config["div_val"] > 1 or config["embedding_dim"] != config["hidden_dim"]
-        if has_projection:
-            tie = _tie_projections(hf_config) if tied_tables else [False] * (len(config["cutoffs"]) + 1)
-            for i, tied in enumerate(tie):
+        if _has_projections(config):
+            for i, tied in enumerate(self._tied_output_projections(hf_config)):
                 if not tied:
                     arrays[f"lm_head/projection_{i}"] = checkpoint[f"crit.out_projs.{i}"]
+
+    @staticmethod
+    def _tied_output_projections(hf_config):
+        """Per cluster, whether its softmax projection is the input
+        projection's (stored once, under the embedding's name)."""
+        if hf_config.get("tie_word_embeddings", True):
+            return _tie_projections(hf_config)
+        return [False] * (len(hf_config.get("cutoffs", [20000, 40000, 200000])) + 1)
 
     def tokenizer(self, source, hf_config):
         tokenizer_json = source.file("tokenizer.json")
@@ -196,18 +224,14 @@ class TransformerXLConverter(TransformersConverter):
         `transformers` 4.x save (the classes are gone from 5.0), each tied
         tensor once, under the embedding's name."""
         config = self.backbone_config(hf_config)
-        d_model, d_embed, div_val = config["hidden_dim"], config["embedding_dim"], config["div_val"]
+        d_model, d_embed = config["hidden_dim"], config["embedding_dim"]
         heads = (config["num_heads"], config["head_dim"])
-        ends = [0, *config["cutoffs"], config["vocabulary_size"]]
-        num_tables = 1 if div_val == 1 else len(ends) - 1
-        rows = [ends[-1]] if div_val == 1 else [ends[i + 1] - ends[i] for i in range(num_tables)]
-        widths = [d_embed // div_val**i for i in range(num_tables)]
-        has_projection = div_val > 1 or d_embed != d_model
+        tables = _table_shapes(config)
         shapes = {}
-        for i in range(num_tables):
-            shapes[f"transformer.word_emb.emb_layers.{i}.weight"] = (rows[i], widths[i])
-            if has_projection:
-                shapes[f"transformer.word_emb.emb_projs.{i}"] = (d_model, widths[i])
+        for i, (rows, width) in enumerate(tables):
+            shapes[f"transformer.word_emb.emb_layers.{i}.weight"] = (rows, width)
+            if _has_projections(config):
+                shapes[f"transformer.word_emb.emb_projs.{i}"] = (d_model, width)
         if not config["per_layer_biases"]:
             shapes["transformer.r_w_bias"] = shapes["transformer.r_r_bias"] = heads
         width, inner = config["num_heads"] * config["head_dim"], config["intermediate_dim"]
@@ -228,14 +252,15 @@ class TransformerXLConverter(TransformersConverter):
             if config["cutoffs"]:
                 shapes["crit.cluster_weight"] = (len(config["cutoffs"]), d_embed)
                 shapes["crit.cluster_bias"] = (len(config["cutoffs"]),)
-            tied_tables = hf_config.get("tie_word_embeddings", True)
-            tie = _tie_projections(hf_config) if tied_tables else [False] * num_tables
-            for i in range(num_tables):
-                shapes[f"crit.out_layers.{i}.bias"] = (rows[i],)
-                if not tied_tables:
-                    shapes[f"crit.out_layers.{i}.weight"] = (rows[i], widths[i])
-                if has_projection and not tie[i]:
-                    shapes[f"crit.out_projs.{i}"] = (d_model, widths[i])
+            for i, (rows, width) in enumerate(tables):
+                shapes[f"crit.out_layers.{i}.bias"] = (rows,)
+                if not hf_config.get("tie_word_embeddings", True):
+                    shapes[f"crit.out_layers.{i}.weight"] = (rows, width)
+            if _has_projections(config):
+                tied = self._tied_output_projections(hf_config)
+                for i, width in enumerate(_output_projection_widths(config)):
+                    if not tied[i]:
+                        shapes[f"crit.out_projs.{i}"] = (d_model, width)
         return shapes
 
 
