@@ -40,8 +40,19 @@ for backend in jax tensorflow torch; do
     "${selection[@]}" "$@" || failed+=("$backend")
   echo "=== KERAS_BACKEND=$backend took $(( SECONDS - start )) s ==="
 done
+# LiteRT from torch needs litert-torch, which cannot share ./.venv (see
+# scripts/setup_litert_env.sh): its one test file runs in ./.venv-litert.
+echo "=== LiteRT export from torch (.venv-litert) ==="
+start=$SECONDS
+if scripts/setup_litert_env.sh; then
+  KERAS_BACKEND=torch .venv-litert/bin/python -m pytest -q -p no:cacheprovider \
+    tests/models/test_litert_torch_export.py || failed+=("torch (LiteRT)")
+else
+  failed+=("torch (LiteRT setup)")
+fi
+echo "=== LiteRT export from torch took $(( SECONDS - start )) s ==="
 if [ ${#failed[@]} -gt 0 ]; then
   echo "Tests failed on: ${failed[*]}"
   exit 1
 fi
-echo "All tests passed on jax, tensorflow and torch."
+echo "All tests passed on jax, tensorflow and torch (and LiteRT from torch)."

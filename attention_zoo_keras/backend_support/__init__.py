@@ -16,7 +16,8 @@ whose answer depends on the backend live here, one concern per module:
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
 - `sorting`: sorting that every backend's exporter converts;
-- `keras_workarounds`: help Keras' training loops need on one backend;
+- `keras_workarounds`: help Keras needs on one backend (training loops,
+  LiteRT export);
 - `variable_initialization`: variables created holding a checkpoint's
   values (straight into their shards under a distribution).
 
@@ -30,6 +31,7 @@ from attention_zoo_keras.backend_support.compiled_decoding import apply_when
 from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
 from attention_zoo_keras.backend_support.compiled_decoding import decoding_while_loop
 from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
+from attention_zoo_keras.backend_support.compiled_decoding import marked_columns
 from attention_zoo_keras.backend_support.compiled_decoding import materialize
 from attention_zoo_keras.backend_support.compiled_decoding import reorder_rows
 from attention_zoo_keras.backend_support.compiled_decoding import write_rows
@@ -43,6 +45,7 @@ from attention_zoo_keras.backend_support.fused_optimizers import fused_adam_upda
 from attention_zoo_keras.backend_support.gradients import custom_gradient_from_outputs
 from attention_zoo_keras.backend_support.gradients import vjp
 from attention_zoo_keras.backend_support.keras_workarounds import batches_of_any_width
+from attention_zoo_keras.backend_support.keras_workarounds import litert_export_settings
 from attention_zoo_keras.backend_support.keras_workarounds import variables_restored_on_error
 from attention_zoo_keras.backend_support.randomness import seeded_global_random
 from attention_zoo_keras.backend_support.recorded_steps import compile_step

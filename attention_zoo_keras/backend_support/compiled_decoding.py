@@ -19,18 +19,22 @@ def write_rows(buffer, start, update):
     returned: a key/value cache, like a decoding loop's token buffer, has a
     single owner, and Keras' functional `slice_update` would copy it whole
     at every decoding step (and, with a Python slice, freeze the position
-    into a recording). With gradients on, torch takes the functional path
-    too.
+    into a recording). With gradients on (and while an exporter traces
+    it), torch writes a copy with the same `index_copy`, whose int64
+    positions ONNX accepts (Keras' `slice_update` scatters with int32 ones,
+    which ONNX Runtime refuses).
     """
     if backend_name() == "torch":
         import torch
 
-        if not torch.is_grad_enabled():
-            buffer = keras.ops.convert_to_tensor(buffer).contiguous()  # (copies a broadcast view once)
-            update = keras.ops.convert_to_tensor(update, dtype=buffer.dtype)
-            start = keras.ops.convert_to_tensor(start).long()
-            positions = start + torch.arange(update.shape[1], device=buffer.device)
-            return buffer.index_copy_(1, positions, update)  # a tensor index: traceable (see recorded_steps)
+        buffer = keras.ops.convert_to_tensor(buffer)
+        update = keras.ops.convert_to_tensor(update, dtype=buffer.dtype)
+        start = keras.ops.convert_to_tensor(start).long()
+        positions = start + torch.arange(update.shape[1], device=buffer.device)
+        if torch.is_grad_enabled():
+            return buffer.index_copy(1, positions, update)
+        # In place; a tensor index is traceable (see recorded_steps).
+        return buffer.contiguous().index_copy_(1, positions, update)  # (`contiguous` copies a broadcast view once)
     starts = [0, start] + [0] * (len(keras.ops.shape(buffer)) - 2)
     return keras.ops.slice_update(buffer, starts, keras.ops.cast(update, buffer.dtype))
 
@@ -131,6 +135,34 @@ def fill_columns(scores, columns, value):
     vocabulary = keras.ops.arange(keras.ops.shape(scores)[-1])
     chosen = keras.ops.any(vocabulary[:, None] == keras.ops.convert_to_tensor(list(columns))[None, :], axis=-1)
     return keras.ops.where(chosen[None, :], keras.ops.cast(value, scores.dtype), scores)
+
+
+def marked_columns(columns, vocabulary):
+    """A bool mask `(rows, vocabulary)`, true at `[r, columns[r, j]]` for
+    every `j`: the token ids a decoding rule names per row (those present
+    in a row, those that would repeat an n-gram). An entry equal to
+    `vocabulary` marks nothing, so a rule writes it where it names no id.
+
+    `columns` is an int tensor `(rows, n)` with entries in `[0,
+    vocabulary]`. The mask is a scatter into `vocabulary + 1` columns, the
+    last one dropped: one pass over the `rows × n` entries, not a
+    comparison of each with every id. Under torch it is `scatter_` (Keras'
+    `ops.scatter` loops over the entries in Python there); elsewhere
+    `ops.scatter`, which XLA compiles.
+    """
+    rows, width = keras.ops.shape(columns)
+    if backend_name() == "torch":
+        import torch
+
+        columns = keras.ops.convert_to_tensor(columns).long()
+        mask = torch.zeros((rows, vocabulary + 1), dtype=torch.bool, device=columns.device)
+        # (a tensor source: `torch.jit.trace` has no `scatter_` of a Python bool)
+        return mask.scatter_(1, columns, torch.ones_like(columns, dtype=torch.bool))[:, :vocabulary]
+    row_ids = keras.ops.broadcast_to(keras.ops.arange(rows, dtype="int32")[:, None], (rows, width))
+    indices = keras.ops.stack([row_ids, keras.ops.cast(columns, "int32")], axis=-1)
+    counts = keras.ops.scatter(keras.ops.reshape(indices, (-1, 2)), keras.ops.ones((rows * width,), "int32"),
+                               (rows, vocabulary + 1))
+    return keras.ops.greater(counts[:, :vocabulary], 0)
 
 
 def compile_inference(function, variables):

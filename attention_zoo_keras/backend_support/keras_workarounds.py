@@ -1,7 +1,9 @@
-"""Where Keras' training loops need help on one backend: weights kept usable
-after a failed `fit`, and batches whose width varies on TensorFlow."""
+"""Where Keras needs help on one backend: weights kept usable after a
+failed `fit` (JAX), batches whose width varies (TensorFlow), and LiteRT
+exported more than once in a process (torch)."""
 
 import contextlib
+import importlib.util
 
 import numpy as np
 
@@ -76,3 +78,30 @@ def batches_of_any_width(batches):
     signature = tf.nest.map_structure(spec, batches[0])
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
+
+
+@contextlib.contextmanager
+def litert_export_settings(export_format):
+    """Runs a Keras `model.export(..., format=export_format)` so that LiteRT
+    from torch works at every call, not only the first.
+
+    Keras (3.15) converts torch models with `litert_torch`, which turns
+    JAX's 64-bit mode on when it is first imported and needs it on while it
+    converts; Keras puts back the mode it found before the export, so every
+    later export in the process converts with it off and fails ("'func.call'
+    op operand type mismatch: expected operand type 'tensor<8x10xi32>', but
+    provided 'tensor<8x10xi64>'"). Here the mode is on during the export, as
+    at the first, and put back after it. Other formats and backends are left
+    alone.
+    """
+    if export_format != "litert" or backend_name() != "torch" or importlib.util.find_spec("jax") is None:
+        yield
+        return
+    import jax
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)

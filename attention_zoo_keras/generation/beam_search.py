@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.backend_support import reorder_rows
+from attention_zoo_keras.generation.decoding_controls import DecodingHistory
 
 _NEG = -1.0e9
 
@@ -65,10 +66,13 @@ def _gather_beams(tensor, indices):
 
 
 def beam_search_body(step, options, process_log_probs=None):
-    """The search's body: `body(index, running, running_scores, finished,
-    finished_scores, finished_lengths, is_finished, improvable, all_ended,
-    cache, fixed)` extends every running beam by position `index` and
-    returns the same tuple (without `fixed`) for `index + 1`.
+    """The search's body: `body(index, running, running_scores,
+    running_token_scores, finished, finished_scores, finished_token_scores,
+    finished_lengths, is_finished, improvable, all_ended, cache, fixed)`
+    extends every running beam by position `index` and returns the same
+    tuple (without `fixed`) for `index + 1`. `*_token_scores` `(batch, K,
+    buffer_length)` hold each hypothesis' per-token log-probabilities (as
+    processed).
 
     `fixed` is `(prompt_length, max_length, row_end_positions,
     stop_token_ids, constants)` (see `beam_search`): every tensor the body
@@ -81,17 +85,18 @@ def beam_search_body(step, options, process_log_probs=None):
         options: BeamOptions. The search's options (see the module
             docstring).
         process_log_probs: callable or None. Optionally
-            `process_log_probs(log_probs (batch·K, vocabulary), index,
-            end_positions (batch·K,)) -> log_probs`, applied to each
-            step's log-probabilities of the token after position `index`
-            before they add to the beams' scores (as
+            `process_log_probs(log_probs (batch·K, vocabulary), history) ->
+            log_probs` (`history` a `decoding_controls.DecodingHistory` of
+            the `batch·K` running beams), applied to each step's
+            log-probabilities of the token after position
+            `history.last_index` before they add to the beams' scores (as
             `transformers` applies its logits processors in beam search:
             e.g. suppressed tokens at −∞, not renormalised).
     """
     beams, length_penalty, early_stopping = options
 
-    def search_one(index, running, running_scores, finished, finished_scores, finished_lengths,
-                   is_finished, improvable, all_ended, cache, fixed):
+    def search_one(index, running, running_scores, running_token_scores, finished, finished_scores,
+                   finished_token_scores, finished_lengths, is_finished, improvable, all_ended, cache, fixed):
         prompt_length, max_length, row_end_positions, stop_token_ids, constants = fixed
         batch, _, buffer_length = ops.shape(running)
         keep = _kept_candidates(beams, ops.shape(stop_token_ids)[0])
@@ -101,14 +106,23 @@ def beam_search_body(step, options, process_log_probs=None):
         logits, cache = step(previous, cache, index - 1, *constants)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         if process_log_probs is not None:
-            log_probs = process_log_probs(log_probs, index - 1, row_end_positions)
+            history = DecodingHistory(
+                ops.reshape(running, (batch * beams, buffer_length)), index - 1, prompt_length, row_end_positions,
+                stop_token_ids,
+            )
+            log_probs = process_log_probs(log_probs, history)
         vocabulary = ops.shape(log_probs)[-1]
-        log_probs = ops.reshape(log_probs, (batch, beams, vocabulary)) + running_scores[:, :, None]
-        top_scores, top_indices = ops.top_k(ops.reshape(log_probs, (batch, beams * vocabulary)), k=keep)
+        step_scores = ops.reshape(log_probs, (batch, beams * vocabulary))
+        totals = ops.reshape(log_probs, (batch, beams, vocabulary)) + running_scores[:, :, None]
+        top_scores, top_indices = ops.top_k(ops.reshape(totals, (batch, beams * vocabulary)), k=keep)
         parents = ops.cast(top_indices // vocabulary, "int32")
         tokens = ops.cast(top_indices % vocabulary, "int32")
-        candidates = _gather_beams(running, parents)
-        candidates = ops.where(positions[None, None, :] == index, tokens[:, :, None], candidates)
+        is_index = positions[None, None, :] == index
+        candidates = ops.where(is_index, tokens[:, :, None], _gather_beams(running, parents))
+        token_scores = ops.take_along_axis(step_scores, top_indices, axis=1)
+        candidate_token_scores = ops.where(
+            is_index, token_scores[:, :, None], _gather_beams(running_token_scores, parents)
+        )
         is_stop = ops.any(ops.equal(tokens[:, :, None], stop_token_ids[None, None, :]), axis=-1)
         ended = ops.logical_or(is_stop, ops.greater_equal(index + 1, max_length))
 
@@ -117,6 +131,7 @@ def beam_search_body(step, options, process_log_probs=None):
         _, next_indices = ops.top_k(running_candidate_scores, k=beams)
         running = _gather_beams(candidates, next_indices)
         running_scores = _gather_beams(running_candidate_scores, next_indices)
+        running_token_scores = _gather_beams(candidate_token_scores, next_indices)
         rows = ops.reshape(_gather_beams(parents, next_indices) + ops.arange(batch, dtype="int32")[:, None] * beams, (-1,))
         cache = keras.tree.map_structure(lambda tensor: reorder_rows(tensor, rows), cache)
 
@@ -133,6 +148,9 @@ def beam_search_body(step, options, process_log_probs=None):
         _, best = ops.top_k(merged_scores, k=beams)
         finished = _gather_beams(ops.concatenate([finished, candidates], axis=1), best)
         finished_scores = _gather_beams(merged_scores, best)
+        finished_token_scores = _gather_beams(
+            ops.concatenate([finished_token_scores, candidate_token_scores], axis=1), best
+        )
         candidate_lengths = ops.broadcast_to(index + 1, (batch, keep))
         finished_lengths = _gather_beams(ops.concatenate([finished_lengths, candidate_lengths], axis=1), best)
         is_finished = _gather_beams(ops.concatenate([is_finished, just_finished], axis=1), best)
@@ -146,8 +164,8 @@ def beam_search_body(step, options, process_log_probs=None):
         best_running = _penalised(running_scores[:, :1], best_length, length_penalty)
         worst_finished = ops.where(is_finished, ops.min(finished_scores, axis=1, keepdims=True), _NEG)
         improvable = ops.logical_and(improvable, ops.any(best_running > worst_finished, axis=-1, keepdims=True))
-        return (index, running, running_scores, finished, finished_scores, finished_lengths,
-                is_finished, improvable, ops.all(ended), cache)
+        return (index, running, running_scores, running_token_scores, finished, finished_scores,
+                finished_token_scores, finished_lengths, is_finished, improvable, ops.all(ended), cache)
 
     return search_one
 
@@ -180,9 +198,13 @@ def beam_search(body, state, options):
             docstring).
 
     Returns:
-        `(token_ids, lengths)`: the best hypothesis per prompt `(batch,
-        buffer_length)` (the pad id after its end) and its total length
-        `(batch,)`.
+        `(token_ids, lengths, token_scores, sequence_scores)`: the best
+        hypothesis per prompt `(batch, buffer_length)` (the pad id after its
+        end), its total length `(batch,)`, its tokens' log-probabilities
+        `(batch, buffer_length)` (0 on the prompt; as processed, what
+        `transformers`' `compute_transition_scores` gives with
+        `beam_indices`) and its score with the length penalty `(batch,)`
+        (`transformers`' `sequences_scores`).
     """
     token_ids, stop_token_ids = state.token_ids, state.stop_token_ids
     beams, early_stopping = options.num_beams, options.early_stopping
@@ -192,8 +214,8 @@ def beam_search(body, state, options):
     row_end_positions = ops.repeat(ops.cast(state.end_positions, "int32"), beams, axis=0)
     fixed = (prompt_length, max_length, row_end_positions, stop_token_ids, tuple(state.constants))
 
-    def keep_going(index, running, running_scores, finished, finished_scores, finished_lengths,
-                   is_finished, improvable, all_ended, cache):
+    def keep_going(index, running, running_scores, running_token_scores, finished, finished_scores,
+                   finished_token_scores, finished_lengths, is_finished, improvable, all_ended, cache):
         go = ops.logical_and(ops.any(improvable), ops.logical_not(all_ended))
         if early_stopping is True:
             go = ops.logical_and(go, ops.logical_not(ops.all(is_finished)))
@@ -203,12 +225,15 @@ def beam_search(body, state, options):
     running_scores = ops.concatenate(
         [ops.zeros((batch, 1)), ops.full((batch, beams - 1), _NEG)], axis=1
     )
+    token_scores = ops.zeros(ops.shape(running), "float32")
     loop_state = (
         prompt_length,
         running,
         running_scores,
+        token_scores,
         running,
         ops.full((batch, beams), _NEG),
+        token_scores,
         ops.broadcast_to(prompt_length, (batch, beams)),
         ops.zeros((batch, beams), dtype="bool"),
         ops.ones((batch, 1), dtype="bool"),
@@ -216,5 +241,5 @@ def beam_search(body, state, options):
         state.cache,
     )
     loop_state = ops.while_loop(keep_going, lambda *loop_state: body(*loop_state, fixed), loop_state)
-    finished, lengths = loop_state[3][:, 0, :], loop_state[5][:, 0]
-    return finished, lengths
+    _, _, _, _, finished, finished_scores, finished_token_scores, finished_lengths = loop_state[:8]
+    return finished[:, 0, :], finished_lengths[:, 0], finished_token_scores[:, 0, :], finished_scores[:, 0]

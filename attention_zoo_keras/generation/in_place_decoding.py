@@ -27,11 +27,13 @@ from keras import ops
 
 from attention_zoo_keras.backend_support import decoding_while_loop
 from attention_zoo_keras.backend_support import write_rows
+from attention_zoo_keras.generation.decoding_controls import DecodingHistory
 
 
-def sampling_body(step, sampler, pad_id, process_logits=None):
-    """The loop's body: `body(index, token_ids, valid, done, cache, fixed)
-    -> (index + 1, token_ids, valid, done, cache)` writes position `index`.
+def sampling_body(step, sampler, pad_id, process_logits=None, with_scores=False):
+    """The loop's body: `body(index, token_ids, valid, scores, done, cache,
+    fixed) -> (index + 1, token_ids, valid, scores, done, cache)` writes
+    position `index`.
 
     `fixed` is `(prompt_mask, end_positions, stop_token_ids, uniforms,
     constants)` (see `decode_in_place`): every tensor the body reads is an
@@ -45,19 +47,29 @@ def sampling_body(step, sampler, pad_id, process_logits=None):
         sampler: Sampler. The per-step decoding rule.
         pad_id: int. The id written where a row generates nothing.
         process_logits: callable or None. Optionally
-            `process_logits(logits (batch, vocabulary) float32, index,
-            end_positions) -> logits`, applied before the sampler chooses the
-            token after position `index`
-            (e.g. suppressed tokens at −∞).
+            `process_logits(logits (batch, vocabulary) float32, history) ->
+            logits`, applied before the sampler chooses the token after
+            position `history.last_index` (`history` a
+            `decoding_controls.DecodingHistory`: the decoding controls,
+            suppressed tokens at −∞).
+        with_scores: bool. Whether to write each generated token's
+            log-probability (`Sampler.scored_choice`) into `scores`
+            (otherwise `scores` is passed through untouched).
     """
 
-    def decode_one(index, token_ids, valid, done, cache, fixed):
+    def decode_one(index, token_ids, valid, scores, done, cache, fixed):
         prompt_mask, end_positions, stop_token_ids, uniforms, constants = fixed
         previous = ops.take(token_ids, ops.reshape(index - 1, (1,)), axis=1)
         logits, cache = step(previous, cache, index - 1, *constants)
         if process_logits is not None:
-            logits = process_logits(ops.cast(logits, "float32"), index - 1, end_positions)
-        chosen = sampler.choose(logits, ops.take(uniforms, index, axis=1))
+            prompt_lengths = ops.sum(ops.cast(prompt_mask, "int32"), axis=1)
+            history = DecodingHistory(token_ids, index - 1, prompt_lengths, end_positions, stop_token_ids)
+            logits = process_logits(ops.cast(logits, "float32"), history)
+        uniform = ops.take(uniforms, index, axis=1)
+        if with_scores:
+            chosen, log_probs = sampler.scored_choice(logits, uniform)
+        else:
+            chosen = sampler.choose(logits, uniform)
         in_prompt = ops.take(prompt_mask, index, axis=1)
         writes = ops.logical_and(
             ops.logical_not(ops.logical_or(in_prompt, done)), ops.less(index, end_positions)
@@ -66,10 +78,12 @@ def sampling_body(step, sampler, pad_id, process_logits=None):
         token = ops.where(ops.logical_or(in_prompt, writes), token, pad_id)
         token_ids = write_rows(token_ids, index, ops.cast(token, "int32")[:, None])
         valid = write_rows(valid, index, ops.logical_or(in_prompt, writes)[:, None])
+        if with_scores:
+            scores = write_rows(scores, index, ops.where(writes, ops.cast(log_probs, "float32"), 0.0)[:, None])
         is_stop = ops.any(ops.equal(token[:, None], stop_token_ids[None, :]), axis=-1)
         done = ops.logical_or(done, ops.logical_and(writes, is_stop))
         done = ops.logical_or(done, ops.greater_equal(index + 1, end_positions))
-        return index + 1, token_ids, valid, done, cache
+        return index + 1, token_ids, valid, scores, done, cache
 
     return decode_one
 
@@ -88,15 +102,17 @@ def fixed_inputs(state, uniforms):
 
 def start_loop(state):
     """The loop's state before its first step: `(index, token_ids, valid,
-    done, cache)`, `index` the first position to write, `valid` the prompt
-    mask, `done` the rows that write nothing.
+    scores, done, cache)`, `index` the first position to write, `valid` the
+    prompt mask, `scores` zeros (float32, the buffer's shape), `done` the
+    rows that write nothing.
 
     Args:
         state: DecodingState. The decoding's start.
     """
     start_index = ops.cast(state.start_index, "int32")
     done = ops.less_equal(state.end_positions, start_index)
-    return start_index, state.token_ids, ops.copy(state.prompt_mask), done, state.cache
+    scores = ops.zeros(ops.shape(state.token_ids), "float32")
+    return start_index, state.token_ids, ops.copy(state.prompt_mask), scores, done, state.cache
 
 
 def decode_until(body, loop_state, fixed, until):
@@ -109,7 +125,7 @@ def decode_until(body, loop_state, fixed, until):
 
     Args:
         body: callable. A `sampling_body` (or a recording of one).
-        loop_state: tuple. `(index, token_ids, valid, done, cache)`.
+        loop_state: tuple. `(index, token_ids, valid, scores, done, cache)`.
         fixed: tuple. `fixed_inputs`' result.
         until: int32 scalar. The position to stop before (capped at the
             buffer's end).
@@ -120,7 +136,7 @@ def decode_until(body, loop_state, fixed, until):
     index, token_ids = loop_state[0], loop_state[1]
     limit = ops.minimum(ops.cast(until, "int32"), ops.shape(token_ids)[1])
 
-    def keep_going(index, token_ids, valid, done, cache):
+    def keep_going(index, token_ids, valid, scores, done, cache):
         return ops.logical_and(ops.less(index, limit), ops.logical_not(ops.all(done)))
 
     # Once every row is done a step writes pad ids over pad ids: running
@@ -143,9 +159,13 @@ def decode_in_place(body, state, uniforms):
             in [0, 1), the sampler's randomness for each position.
 
     Returns:
-        `(token_ids, valid)`: the filled buffer and a bool mask `(batch,
-        buffer_length)` of the positions holding a prompt or generated token.
+        `(token_ids, valid, scores)`: the filled buffer, a bool mask
+        `(batch, buffer_length)` of the positions holding a prompt or
+        generated token, and the generated tokens' log-probabilities (zeros
+        unless the body writes them).
     """
     buffer_length = ops.shape(state.token_ids)[1]
-    _, token_ids, valid, _, _ = decode_until(body, start_loop(state), fixed_inputs(state, uniforms), buffer_length)
-    return token_ids, valid
+    _, token_ids, valid, scores, _, _ = decode_until(
+        body, start_loop(state), fixed_inputs(state, uniforms), buffer_length
+    )
+    return token_ids, valid, scores

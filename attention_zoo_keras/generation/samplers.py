@@ -25,6 +25,11 @@ Samplers (names for `generate(sampler=...)`):
   Neural Text Degeneration"): a draw from the smallest set of most likely
   tokens whose probability reaches `p`.
 * `beam`: beam search, see `beam_search.py`; not a per-step rule.
+
+`scored_choice(logits, uniform)` also returns each chosen token's
+log-probability under the distribution it was drawn from (tempered and
+truncated: `log_softmax` over the kept candidates), what `generate`
+reports with `return_scores=True`.
 """
 
 import inspect
@@ -36,7 +41,9 @@ from attention_zoo_keras.naming import NameRegistry
 
 
 class Sampler:
-    """A per-step decoding rule. Subclasses define `choose`."""
+    """A per-step decoding rule. Subclasses define `choose` (and, if they
+    draw from another distribution than `softmax(logits)`,
+    `scored_choice`)."""
 
     name = None
     is_random = False
@@ -44,6 +51,16 @@ class Sampler:
     def choose(self, logits, uniform):
         """Token ids `(batch,)` int32 from `logits` `(batch, vocabulary)`."""
         raise NotImplementedError
+
+    def scored_choice(self, logits, uniform):
+        """`(token ids, log-probabilities)`, both `(batch,)`: `choose`'s
+        tokens and their log-probabilities under the distribution they
+        were drawn from (here `softmax(logits)`, as `transformers`'
+        `compute_transition_scores(..., normalize_logits=True)` reports a
+        greedy choice)."""
+        tokens = self.choose(logits, uniform)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        return tokens, ops.take_along_axis(log_probs, tokens[:, None], axis=-1)[:, 0]
 
     def config(self):
         """The options that define this sampler (they key compiled loops)."""
@@ -73,6 +90,37 @@ def _draw(logits, uniform, keep=None):
     return ops.minimum(index, ops.shape(logits)[-1] - 1)
 
 
+class DrawingSampler(Sampler):
+    """A random sampler: a draw from the softmax of `candidates(logits)`,
+    restricted to the candidates it keeps. Subclasses define
+    `candidates`."""
+
+    is_random = True
+
+    def candidates(self, logits):
+        """`(candidate_logits, candidate_ids, keep)` from `logits` `(batch,
+        vocabulary)`: the (tempered) logits of the candidates `(batch, n)`,
+        their token ids (`None`: the candidates are the vocabulary) and a
+        bool mask of those kept (`None`: all)."""
+        raise NotImplementedError
+
+    def _draw_candidate(self, logits, uniform):
+        candidate_logits, candidate_ids, keep = self.candidates(ops.cast(logits, "float32"))
+        index = _draw(candidate_logits, uniform, keep)
+        tokens = index if candidate_ids is None else ops.take_along_axis(candidate_ids, index[:, None], axis=-1)[:, 0]
+        return ops.cast(tokens, "int32"), index, candidate_logits, keep
+
+    def choose(self, logits, uniform):
+        return self._draw_candidate(logits, uniform)[0]
+
+    def scored_choice(self, logits, uniform):
+        tokens, index, candidate_logits, keep = self._draw_candidate(logits, uniform)
+        if keep is not None:
+            candidate_logits = ops.where(keep, candidate_logits, float("-inf"))
+        log_probs = ops.log_softmax(candidate_logits, axis=-1)
+        return tokens, ops.take_along_axis(log_probs, index[:, None], axis=-1)[:, 0]
+
+
 class GreedySampler(Sampler):
     """The most likely token: `argmax(logits)`.
 
@@ -87,7 +135,7 @@ class GreedySampler(Sampler):
         return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
 
-class TemperatureSampler(Sampler):
+class TemperatureSampler(DrawingSampler):
     """A draw from `softmax(logits / temperature)`.
 
     Args:
@@ -96,19 +144,18 @@ class TemperatureSampler(Sampler):
     """
 
     name = "temperature"
-    is_random = True
 
     def __init__(self, temperature=1.0):
         self.temperature = _check_temperature(temperature)
 
-    def choose(self, logits, uniform):
-        return ops.cast(_draw(ops.cast(logits, "float32") / self.temperature, uniform), "int32")
+    def candidates(self, logits):
+        return logits / self.temperature, None, None
 
     def config(self):
         return {"temperature": self.temperature}
 
 
-class TopKSampler(Sampler):
+class TopKSampler(DrawingSampler):
     """A draw from `softmax(logits / temperature)` over the `k` most likely
     tokens only.
 
@@ -118,7 +165,6 @@ class TopKSampler(Sampler):
     """
 
     name = "top_k"
-    is_random = True
 
     def __init__(self, k=50, temperature=1.0):
         if int(k) != k or k < 1:
@@ -126,19 +172,15 @@ class TopKSampler(Sampler):
         self.k = int(k)
         self.temperature = _check_temperature(temperature)
 
-    def choose(self, logits, uniform):
-        k = min(self.k, ops.shape(logits)[-1])
-        if k == 1:
-            return ops.cast(ops.argmax(logits, axis=-1), "int32")
-        top_logits, top_ids = ops.top_k(ops.cast(logits, "float32"), k=k, sorted=True)
-        index = _draw(top_logits / self.temperature, uniform)
-        return ops.cast(ops.take_along_axis(top_ids, index[:, None], axis=-1)[:, 0], "int32")
+    def candidates(self, logits):
+        top_logits, top_ids = ops.top_k(logits, k=min(self.k, ops.shape(logits)[-1]), sorted=True)
+        return top_logits / self.temperature, top_ids, None
 
     def config(self):
         return {"k": self.k, "temperature": self.temperature}
 
 
-class TopPSampler(Sampler):
+class TopPSampler(DrawingSampler):
     """Nucleus sampling: a draw from `softmax(logits / temperature)` over the
     smallest set of most likely tokens whose total probability is at least
     `p` (the most likely token is always in it).
@@ -153,7 +195,6 @@ class TopPSampler(Sampler):
     """
 
     name = "top_p"
-    is_random = True
 
     def __init__(self, p=0.9, temperature=1.0, k=None):
         if not 0 < p <= 1:
@@ -164,15 +205,14 @@ class TopPSampler(Sampler):
         self.temperature = _check_temperature(temperature)
         self.k = None if k is None else int(k)
 
-    def choose(self, logits, uniform):
+    def candidates(self, logits):
         vocabulary = ops.shape(logits)[-1]
         k = vocabulary if self.k is None else min(self.k, vocabulary)
-        top_logits, top_ids = ops.top_k(ops.cast(logits, "float32"), k=k, sorted=True)
+        top_logits, top_ids = ops.top_k(logits, k=k, sorted=True)
         top_logits = top_logits / self.temperature
         probabilities = ops.softmax(top_logits, axis=-1)
         mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
-        index = _draw(top_logits, uniform, keep=ops.less(mass_before, self.p))
-        return ops.cast(ops.take_along_axis(top_ids, index[:, None], axis=-1)[:, 0], "int32")
+        return top_logits, top_ids, ops.less(mass_before, self.p)
 
     def config(self):
         return {"p": self.p, "temperature": self.temperature, "k": self.k}

@@ -16,6 +16,7 @@ from attention_zoo_keras.models.layout_maps import Distributable
 from attention_zoo_keras.models.lora import LoRA
 from attention_zoo_keras.models.quantization import Quantizes
 from attention_zoo_keras.models.quantization import dtype_policy_config
+from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.user_warnings import warn
@@ -41,7 +42,7 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ExportsToTransformers, keras.Model):
+class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ExportsToTransformers, ServingExport, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so

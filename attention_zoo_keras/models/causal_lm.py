@@ -22,7 +22,9 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.attention.registry import get_decoding
+from attention_zoo_keras.models.decoding_step_model import DecodingStepModel
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
+from attention_zoo_keras.models.generation_request import new_token_counts
 from attention_zoo_keras.models.generative_task import GenerativeTask
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.input_validation import check_id_range
@@ -40,6 +42,33 @@ class CausalLM(GenerativeTask):
     def validate_labels(self, labels, inputs=None):
         """Labels are next-token ids, in the vocabulary."""
         check_id_range("labels", labels, self.backbone.vocabulary_size)
+
+    def decoding_step_model(self, batch_size=1, max_length=None):
+        """This model's one-token decoding step as a Keras model of its own
+        (sharing these weights), to export for a serving runtime that runs
+        the generation loop itself: `step.export(path, format="litert")`
+        (or `"onnx"`, `"tf_saved_model"`). See `DecodingStepModel`.
+
+        Args:
+            batch_size: int. The rows decoded together.
+            max_length: int or None. The positions the cache holds; by
+                default the model's limit.
+
+        Example:
+
+        >>> step = lm.decoding_step_model(batch_size=1, max_length=64)       # doctest: +SKIP
+        >>> outputs = step({"token_ids": [[464]], "index": [0], **step.empty_cache()})  # doctest: +SKIP
+        >>> outputs["logits"].shape                                          # doctest: +SKIP
+        (1, 50257)
+        """
+        max_length = max_length or self.max_generation_length
+        if max_length is None:
+            raise ValueError("Give decoding_step_model a max_length: this model has no length limit.")
+        if self.max_generation_length is not None and max_length > self.max_generation_length:
+            raise ValueError(
+                f"max_length {max_length} is longer than the model's limit of {self.max_generation_length} positions."
+            )
+        return DecodingStepModel(self, batch_size, max_length, name=f"{self.name}_decoding_step")
 
     def _decoding_constants(self, buffer_length):
         """Tensors every decoding step takes, computed once per generation."""
@@ -120,7 +149,7 @@ class CausalLM(GenerativeTask):
         check_id_range("token_ids", np.concatenate([np.asarray(p) for p in prompts]), self.backbone.vocabulary_size)
         limit = self.max_generation_length
         if max_new_tokens is not None:
-            end_positions = lengths + int(max_new_tokens)
+            end_positions = lengths + new_token_counts(max_new_tokens, len(prompts))
         else:
             if max_length is None:
                 max_length = self._default_max_length()

@@ -14,6 +14,7 @@ from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
 from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import beam_search_body
+from attention_zoo_keras.generation.decoding_controls import apply_controls
 from attention_zoo_keras.generation.decoding_state import DecodingState
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
 from attention_zoo_keras.generation.in_place_decoding import decode_until
@@ -21,6 +22,7 @@ from attention_zoo_keras.generation.in_place_decoding import sampling_body
 from attention_zoo_keras.generation.in_place_decoding import start_loop
 from attention_zoo_keras.generation.samplers import sampler_uniforms
 from attention_zoo_keras.generation.streaming import chunk_ends
+from attention_zoo_keras.models.generation_request import DecodedRows
 
 
 class DecodingPrograms:
@@ -101,14 +103,27 @@ class DecodingPrograms:
         """The compiled generation function for `key`, built once by `build()`."""
         return self._generation_function(key, lambda: compile_inference(build(), self.variables))
 
-    def _sampling_body(self, request, sampler):
+    def _score_rules(self, request):
+        """What each step applies to its scores: the request's decoding
+        controls, then the task's own rules (`_score_processor`); `None`
+        for neither."""
+        task_rules = self._score_processor(request.rules)
+        controls = request.controls
+        if not controls.active:
+            return task_rules
+        if task_rules is None:
+            return lambda scores, history: apply_controls(controls, scores, history)
+        return lambda scores, history: task_rules(apply_controls(controls, scores, history), history)
+
+    def _sampling_body(self, request, sampler, with_scores=False):
         """The loop's body for `sampler` (recorded under torch)."""
-        process = self._score_processor(request.rules)
-        return self._recorded_body(lambda step: sampling_body(step, sampler, request.pad_id, process))
+        process = self._score_rules(request)
+        return self._recorded_body(lambda step: sampling_body(step, sampler, request.pad_id, process, with_scores))
 
     @staticmethod
     def _sampling_key(request, sampler):
-        return (type(sampler).__name__, tuple(sampler.config().items()), request.pad_id, request.rules)
+        return (type(sampler).__name__, tuple(sampler.config().items()), request.pad_id, request.rules,
+                request.controls)
 
     def _sampling_groups(self, request, sampler, seed):
         """For each group of rows decoded together (`_row_groups`): `(rows,
@@ -129,13 +144,13 @@ class DecodingPrograms:
             )
             yield rows, buffer_length, prompt_length, inputs
 
-    def _sample_generate(self, request, sampler, seed):
-        """`(token_ids, valid)` numpy `(batch, buffer_length)`: the request
-        decoded with `sampler` in one program (see
-        `generation.decode_in_place`)."""
+    def _sample_generate(self, request, sampler, seed, with_scores=False):
+        """`DecodedRows` of the request decoded with `sampler` in one
+        program (see `generation.decode_in_place`), with the tokens'
+        log-probabilities if `with_scores`."""
 
         def build():
-            body, start = self._sampling_body(request, sampler), self._recorded_start(1)
+            body, start = self._sampling_body(request, sampler, with_scores), self._recorded_start(1)
 
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
@@ -144,13 +159,15 @@ class DecodingPrograms:
 
             return run
 
-        run = self._compiled(("sample", *self._sampling_key(request, sampler)), build)
+        run = self._compiled(("sample", *self._sampling_key(request, sampler), with_scores), build)
         token_ids, valid = request.token_ids.copy(), np.zeros(request.token_ids.shape, dtype=bool)
+        scores = np.zeros(request.token_ids.shape, dtype="float32")
         for rows, buffer_length, _, inputs in self._sampling_groups(request, sampler, seed):
-            ids, mask = run(*inputs)
+            ids, mask, row_scores = run(*inputs)
             token_ids[rows, :buffer_length] = ops.convert_to_numpy(ids)
             valid[rows, :buffer_length] = ops.convert_to_numpy(mask)
-        return token_ids, valid
+            scores[rows, :buffer_length] = ops.convert_to_numpy(row_scores)
+        return DecodedRows(token_ids, valid, scores)
 
     def _sample_stream(self, request, sampler, seed):
         """Yields `(token_ids, valid)` numpy `(batch, buffer_length)` of the
@@ -187,17 +204,18 @@ class DecodingPrograms:
                 token_ids[rows, :buffer_length] = ops.convert_to_numpy(loop_state[1])
                 valid[rows, :buffer_length] = ops.convert_to_numpy(loop_state[2])
                 yield token_ids, valid
-                if ops.convert_to_numpy(loop_state[3]).all():
+                if ops.convert_to_numpy(loop_state[4]).all():
                     break
 
     def _beam_generate(self, request, options):
-        """`(token_ids, valid)` numpy `(batch, buffer_length)`: the best
-        hypothesis of beam search for each prompt. Prompts of one length are
-        searched together (the length penalty counts generated tokens, so a
-        prompt's result never depends on the others in the batch)."""
+        """`DecodedRows` of the best hypothesis of beam search for each
+        prompt, with its tokens' log-probabilities and its score. Prompts
+        of one length are searched together (the length penalty counts
+        generated tokens, so a prompt's result never depends on the others
+        in the batch)."""
 
         def build():
-            process = self._score_processor(request.rules)
+            process = self._score_rules(request)
             body = self._recorded_body(lambda step: beam_search_body(step, options, process_log_probs=process))
             start = self._recorded_start(options.num_beams)
 
@@ -208,11 +226,13 @@ class DecodingPrograms:
 
             return run
 
-        run = self._compiled(("beam", options, request.rules), build)
+        run = self._compiled(("beam", options, request.rules, request.controls), build)
         token_ids, valid = request.token_ids.copy(), np.zeros(request.token_ids.shape, dtype=bool)
+        scores = np.zeros(request.token_ids.shape, dtype="float32")
+        sequence_scores = np.zeros(len(token_ids), dtype="float32")
         for rows, buffer_length in self._row_groups(request, by_prompt_length=True):
             prompt_length = int(request.prompt_lengths[rows[0]])
-            best, best_lengths = run(
+            best, best_lengths, best_scores, best_sequence_scores = run(
                 *self._tensors(
                     self._decoding_inputs(request, rows, buffer_length, prompt_length),
                     request.token_ids[rows, :buffer_length],
@@ -224,7 +244,9 @@ class DecodingPrograms:
             token_ids[rows, :buffer_length] = ops.convert_to_numpy(best)
             best_lengths = np.asarray(ops.convert_to_numpy(best_lengths))
             valid[rows, :buffer_length] = np.arange(buffer_length)[None, :] < best_lengths[:, None]
-        return token_ids, valid
+            scores[rows, :buffer_length] = ops.convert_to_numpy(best_scores)
+            sequence_scores[rows] = ops.convert_to_numpy(best_sequence_scores)
+        return DecodedRows(token_ids, valid, scores, sequence_scores)
 
     @staticmethod
     def _stop_tensor(request):

@@ -5,10 +5,13 @@ decoding loop fills (`GenerationRequest`)."""
 
 import dataclasses
 import numbers
+from typing import NamedTuple
+from typing import Optional
 
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.generation.decoding_controls import DecodingControls
 from attention_zoo_keras.naming import did_you_mean
 
 
@@ -78,19 +81,47 @@ def dict_prompt_arrays(inputs, ids_key, mask_key, row_name):
     return token_ids, mask
 
 
+def _check_count(name, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        raise TypeError(f"{name} must be an int or None; got {value!r}.")
+    if value is not None and value < 0:
+        raise ValueError(f"{name} must be non-negative; got {value}.")
+
+
 def check_integer_arguments(max_length, max_new_tokens, seed):
     """Raises for a length or seed that is not a non-negative int (or
-    `None`), or for both lengths given."""
-    for name, value in (("max_length", max_length), ("max_new_tokens", max_new_tokens), ("seed", seed)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-            raise TypeError(f"{name} must be an int or None; got {value!r}.")
-        if value is not None and value < 0:
-            raise ValueError(f"{name} must be non-negative; got {value}.")
+    `None`; `max_new_tokens` may also be a list of them, one per prompt),
+    or for both lengths given."""
+    _check_count("max_length", max_length)
+    if isinstance(max_new_tokens, (list, tuple, np.ndarray)):
+        for count in max_new_tokens:
+            _check_count("Each of max_new_tokens", count.item() if isinstance(count, np.generic) else count)
+    else:
+        _check_count("max_new_tokens", max_new_tokens)
+    _check_count("seed", seed)
     if max_length is not None and max_new_tokens is not None:
         raise ValueError(
             f"Give max_length or max_new_tokens, not both (got max_length={max_length}, "
             f"max_new_tokens={max_new_tokens})."
         )
+
+
+def new_token_counts(max_new_tokens, batch):
+    """`max_new_tokens` (one int, or one per prompt) as an int array
+    `(batch,)`.
+
+    Raises:
+        ValueError: a list whose length is not the number of prompts.
+    """
+    counts = np.asarray(max_new_tokens, dtype="int64")
+    if counts.ndim == 0:
+        return np.full((batch,), int(counts))
+    if counts.shape != (batch,):
+        raise ValueError(
+            f"max_new_tokens is a list of {counts.size} counts, but there are {batch} prompts: give one count per "
+            "prompt, or a single int."
+        )
+    return counts
 
 
 @dataclasses.dataclass
@@ -115,6 +146,8 @@ class GenerationRequest:
             sources).
         rules: tuple. Hashable settings of the task's score processor (they
             key the compiled program).
+        controls: DecodingControls. The call's decoding controls (they key
+            the compiled program too).
     """
 
     token_ids: np.ndarray
@@ -127,3 +160,23 @@ class GenerationRequest:
     is_single: bool = False
     conditioning: tuple = ()
     rules: tuple = ()
+    controls: DecodingControls = DecodingControls()
+
+
+class DecodedRows(NamedTuple):
+    """What a decoding program returns, in numpy, for the whole batch.
+
+    Attributes:
+        token_ids: int32 array of shape `(batch, buffer_length)`.
+        valid: bool array of shape `(batch, buffer_length)`. True on the
+            prompts' and generated tokens.
+        scores: float32 array of shape `(batch, buffer_length)`, or None.
+            The generated tokens' log-probabilities (where computed).
+        sequence_scores: float32 array of shape `(batch,)`, or None. Beam
+            search's length-penalised score of each best hypothesis.
+    """
+
+    token_ids: np.ndarray
+    valid: np.ndarray
+    scores: Optional[np.ndarray] = None
+    sequence_scores: Optional[np.ndarray] = None

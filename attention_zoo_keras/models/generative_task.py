@@ -26,11 +26,13 @@ that does cannot be recorded whole and runs eagerly around the recorded
 model step.
 """
 
+import dataclasses
 import inspect
 
 import numpy as np
 
 from attention_zoo_keras.generation.beam_search import BeamOptions
+from attention_zoo_keras.generation.decoding_controls import decoding_controls
 from attention_zoo_keras.generation.decoding_rule import decoding_rule
 from attention_zoo_keras.generation.generate_arguments import parse_stop_token_ids
 from attention_zoo_keras.generation.generate_arguments import split_generate_options
@@ -38,9 +40,11 @@ from attention_zoo_keras.generation.streaming import check_streamer
 from attention_zoo_keras.generation.streaming import feed_streamer
 from attention_zoo_keras.generation.streaming import text_pieces
 from attention_zoo_keras.models.decoding_programs import DecodingPrograms
+from attention_zoo_keras.models.generation_request import DecodedRows
 from attention_zoo_keras.models.generation_request import GenerationRequest
 from attention_zoo_keras.models.generation_request import check_integer_arguments
 from attention_zoo_keras.models.generation_request import right_padded
+from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.task import Task
 
 # Generation buffers are rounded up to this multiple so that requests of
@@ -77,7 +81,12 @@ class GenerativeTask(DecodingPrograms, Task):
         length_penalty=None,
         early_stopping=None,
         stop_token_ids="auto",
+        min_new_tokens=None,
+        repetition_penalty=None,
+        no_repeat_ngram_size=None,
+        bad_words_ids=None,
         seed=None,
+        return_scores=False,
         streamer=None,
         stream=False,
         **options,
@@ -98,8 +107,9 @@ class GenerativeTask(DecodingPrograms, Task):
                 counts). Give this or `max_new_tokens`, not both; with
                 neither, the task's default (the preprocessor's sequence
                 length, at most the model's limit).
-            max_new_tokens: int or None. The number of tokens to add to each
-                prompt (to the decoder start token).
+            max_new_tokens: int, list of int or None. The number of tokens
+                to add to each prompt (to the decoder start token), or one
+                such number per prompt.
             sampler: str, `generation.Sampler` or None. How each token is
                 chosen: `None` (greedy, or beam search when `num_beams > 1`),
                 `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`
@@ -116,9 +126,37 @@ class GenerativeTask(DecodingPrograms, Task):
             stop_token_ids: `"auto"`, list of int or None. A row stops after
                 it emits one of these ids; `"auto"` is the tokenizer's end
                 token, `None` never stops early.
+            min_new_tokens: int or None. The stop ids cannot be chosen
+                before a row has generated this many tokens.
+            repetition_penalty: float or None. Scores of the ids already in
+                a row (prompt included) are divided by it where positive and
+                multiplied where negative (CTRL, Keskar et al. 2019): above
+                1 discourages repeats. Beam search applies it to
+                log-probabilities, as `transformers` does.
+            no_repeat_ngram_size: int or None. No n-gram of this size
+                occurs twice in a row (prompt included).
+            bad_words_ids: list of lists of int, or None. Id sequences
+                never generated: a one-id entry is never chosen, a longer
+                one's last id not after its other ids. (As in
+                `transformers`, a one-id entry that is a stop id is ignored:
+                use `min_new_tokens` or `stop_token_ids` for those.) These
+                four are `generation.decoding_controls`, in the order and
+                with the meaning of `transformers`' processors of the same
+                names, compiled into the loop.
             seed: int or None. An int makes the random samplers reproducible
                 (the same draws on every backend); `None` draws fresh
                 randomness. Greedy decoding and beam search draw nothing.
+            return_scores: bool. Also return each generated token's
+                log-probability: the result is then a dict with
+                `token_ids`, `padding_mask`, `scores` (float32 `(batch,
+                length)`, 0 on prompts and padding) and, for text input,
+                `text` (what `generate` returns without scores); beam search
+                adds `sequence_scores` `(batch,)`, the best hypothesis'
+                length-penalised score. A sampler's scores are under the
+                distribution it drew from (after the controls, temperature
+                and truncation), beam search's the processed
+                log-probabilities: `transformers`' `compute_transition_scores`
+                (with `normalize_logits=True` for the samplers).
             streamer: object or None. Gets the tokens as they are decoded,
                 with `transformers`' streamer protocol: `put(ids)` with the
                 prompt's ids, then each chunk's new ids (int arrays of
@@ -138,7 +176,8 @@ class GenerativeTask(DecodingPrograms, Task):
             single string; otherwise a dict of numpy `token_ids` and
             `padding_mask` `(batch, length)`, right-padded, each row its
             prompt (its decoder start token) and what was generated. With
-            `stream=True`, an iterator of text pieces.
+            `return_scores`, a dict (see above). With `stream=True`, an
+            iterator of text pieces.
 
         Prompts of different lengths share one buffer (see
         `generation.decode_in_place`); the cache of the prompts is filled
@@ -155,6 +194,8 @@ class GenerativeTask(DecodingPrograms, Task):
         >>> lm.generate("Once upon", max_new_tokens=20, sampler="top_p", p=0.9,
         ...             temperature=0.8, seed=0)                          # doctest: +SKIP
         >>> lm.generate("Once upon", max_new_tokens=20, num_beams=4)      # doctest: +SKIP
+        >>> lm.generate("Once upon", max_new_tokens=20, repetition_penalty=1.2,
+        ...             no_repeat_ngram_size=3, return_scores=True)       # doctest: +SKIP
         >>> for piece in lm.generate("Once upon", max_new_tokens=20, stream=True):  # doctest: +SKIP
         ...     print(piece, end="", flush=True)
         """
@@ -166,14 +207,25 @@ class GenerativeTask(DecodingPrograms, Task):
         check_integer_arguments(max_length, max_new_tokens, seed)
         end_token_id = None if self.preprocessor is None else self.preprocessor.tokenizer.end_token_id
         stop_ids = parse_stop_token_ids(stop_token_ids, end_token_id)
+        controls = decoding_controls(stop_ids, min_new_tokens, repetition_penalty, no_repeat_ngram_size, bad_words_ids)
+        check_id_range("bad_words_ids", [i for word in controls.bad_words_ids for i in word],
+                       self._output_vocabulary_size())
+        if not isinstance(return_scores, bool):
+            raise TypeError(f"return_scores must be True or False; got {return_scores!r}.")
         request = self._prepare_generation(inputs, max_length, max_new_tokens, stop_ids, **task_options)
+        request = dataclasses.replace(request, controls=controls)
         if stream or streamer is not None:
+            if return_scores:
+                raise ValueError(
+                    "return_scores cannot be combined with stream=True or a streamer: call generate without "
+                    "streaming for the scores."
+                )
             return self._streamed(request, rule, seed, streamer, stream)
         if isinstance(rule, BeamOptions):
-            token_ids, valid = self._beam_generate(request, rule)
+            decoded = self._beam_generate(request, rule)
         else:
-            token_ids, valid = self._sample_generate(request, rule, seed)
-        return self._generation_outputs(request, token_ids, valid)
+            decoded = self._sample_generate(request, rule, seed, return_scores)
+        return self._generation_outputs(request, decoded, return_scores)
 
     def _streamed(self, request, rule, seed, streamer, stream):
         """`generate` with a `streamer` (then its usual result) or as an
@@ -193,13 +245,13 @@ class GenerativeTask(DecodingPrograms, Task):
         if stream:
             decode = self.preprocessor.tokenizer.decode
             return text_pieces(buffers, lambda ids: decode(ids[self.text_starts_at:]), request.is_single)
-        return self._generation_outputs(request, *feed_streamer(streamer, buffers))
+        return self._generation_outputs(request, DecodedRows(*feed_streamer(streamer, buffers)))
 
     def _beam_stream(self, request, options):
         """The prompts, then beam search's result: its best hypothesis is
         known only at the end."""
         yield request.token_ids, request.prompt_mask
-        yield self._beam_generate(request, options)
+        yield self._beam_generate(request, options)[:2]
 
     # --- arguments ----------------------------------------------------------
 
@@ -226,9 +278,14 @@ class GenerativeTask(DecodingPrograms, Task):
         raise NotImplementedError
 
     def _score_processor(self, rules):
-        """A function `(scores, index, end_positions) -> scores` applied to
-        each step's scores, or `None`."""
+        """A function `(scores, history) -> scores` applied to each step's
+        scores after the decoding controls (`history` a
+        `generation.decoding_controls.DecodingHistory`), or `None`."""
         return None
+
+    def _output_vocabulary_size(self):
+        """The number of ids the model scores at each step."""
+        return self.backbone.vocabulary_size
 
     # --- the template -------------------------------------------------------
 
@@ -264,13 +321,21 @@ class GenerativeTask(DecodingPrograms, Task):
                 groups.append((rows, buffer_length))
         return groups
 
-    def _generation_outputs(self, request, token_ids, valid):
-        """`generate`'s result: texts for text input, else the dict of
-        `token_ids` and `padding_mask`, trimmed to the longest row."""
-        length = int(valid.any(axis=0).nonzero()[0].max()) + 1
-        token_ids, valid = token_ids[:, :length], valid[:, :length]
+    def _generation_outputs(self, request, decoded, return_scores=False):
+        """`generate`'s result from `decoded` (a `DecodedRows`): texts for
+        text input, else the dict of `token_ids` and `padding_mask`, trimmed
+        to the longest row; with `return_scores`, the dict with the scores
+        (and the texts)."""
+        length = int(decoded.valid.any(axis=0).nonzero()[0].max()) + 1
+        token_ids, valid = decoded.token_ids[:, :length], decoded.valid[:, :length]
+        outputs = {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
+        if return_scores:
+            outputs["scores"] = np.where(valid, decoded.scores[:, :length], 0.0).astype("float32")
+            if decoded.sequence_scores is not None:
+                outputs["sequence_scores"] = decoded.sequence_scores.astype("float32")
         if not request.is_text:
-            return {"token_ids": token_ids, "padding_mask": valid.astype("int32")}
+            return outputs
         tokenizer = self.preprocessor.tokenizer
         texts = [tokenizer.decode(ids[mask][self.text_starts_at :]) for ids, mask in zip(token_ids, valid)]
-        return texts[0] if request.is_single else texts
+        texts = texts[0] if request.is_single else texts
+        return {"text": texts, **outputs} if return_scores else texts

@@ -19,6 +19,7 @@ from attention_zoo_keras.models.lora import DEFAULT_TARGET_NAMES
 from attention_zoo_keras.models.lora import merged_copy
 from attention_zoo_keras.models.quantization import Quantizes
 from attention_zoo_keras.models.quantization import dtype_policy_config
+from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
@@ -37,7 +38,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedSteps, Quantizes, ExportsToTransformers, keras.Model):
+class Task(ValidatesInputs, TracedSteps, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph

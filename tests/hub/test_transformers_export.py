@@ -15,6 +15,8 @@ import attention_zoo_keras as azk
 from attention_zoo_keras.hub.converters import NotExportableError
 from attention_zoo_keras.hub.transformers_export import probe_checkpoint
 from attention_zoo_keras.hub.transformers_export import transformers_arrays
+from tests.support.reformer_sentencepiece import CORPUS
+from tests.support.reformer_sentencepiece import train_sentencepiece
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -227,6 +229,39 @@ def test_reformer_causal_lm_logits_match(tmp_path):
         theirs = reference(torch.tensor(token_ids)).logits.numpy()
     ours = lm({"token_ids": token_ids, "padding_mask": np.ones_like(token_ids)})
     np.testing.assert_allclose(theirs, _numpy(ours), atol=TOLERANCE)
+
+
+def test_reformer_tokenizer_is_exported_and_encodes_alike_in_transformers(tmp_path):
+    """A SentencePiece Reformer tokenizer comes out as `tokenizer.json`,
+    which `transformers.AutoTokenizer` loads as its `ReformerTokenizer`
+    and encodes and decodes as ours (and as `transformers` does from the
+    `spiece.model`); enwik8's byte tokenizer has no `transformers` form and
+    is refused by name."""
+    spiece_model = train_sentencepiece(tmp_path / "spiece", "bpe")
+    tokenizer = azk.models.ReformerTokenizer.from_sentencepiece(spiece_model)
+    backbone = azk.models.ReformerBackbone(
+        vocabulary_size=tokenizer.vocabulary_size, hidden_dim=8, num_heads=2, head_dim=4, intermediate_dim=16,
+        attention="local", num_layers=1, attention_options={"local": {"block_size": 4}}, max_sequence_length=32,
+        axial_pos_shape=None,
+    )
+    preprocessor = azk.models.ReformerCausalLMPreprocessor(tokenizer, sequence_length=32)
+    azk.models.ReformerCausalLM(backbone, preprocessor=preprocessor).export_to_transformers(tmp_path / "export")
+
+    exported = transformers.AutoTokenizer.from_pretrained(tmp_path / "export")
+    original = transformers.ReformerTokenizer.from_pretrained(spiece_model.parent)
+    texts = [text for text in CORPUS if text == text.rstrip()][:40] + ["unknown жж here"]
+    ids = tokenizer.encode(texts)
+    assert [exported(text, add_special_tokens=False)["input_ids"] for text in texts] == ids
+    assert [original(text, add_special_tokens=False)["input_ids"] for text in texts] == ids
+    assert (exported.eos_token_id, exported.unk_token_id) == (tokenizer.end_token_id, tokenizer.unknown_token_id)
+    assert [exported.decode(row) for row in ids[:5]] == [tokenizer.decode(row) for row in ids[:5]]
+
+    byte_lm = azk.models.ReformerCausalLM(
+        backbone, preprocessor=azk.models.ReformerCausalLMPreprocessor(azk.models.ReformerByteTokenizer(), 32)
+    )
+    with pytest.raises(NotExportableError, match="include_preprocessor=False"):
+        byte_lm.export_to_transformers(tmp_path / "bytes")
+    assert not (tmp_path / "bytes").exists()
 
 
 @pytest.mark.parametrize("div_val", [1, 2])

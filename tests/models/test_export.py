@@ -2,7 +2,8 @@
 each family's task, exported with an input signature of fixed shapes,
 reloads outside Keras and gives the Keras model's outputs: a TensorFlow
 SavedModel from JAX and TensorFlow (`tf.saved_model.load`), ONNX from torch
-(`onnxruntime`), LiteRT from TensorFlow (the LiteRT interpreter). From
+(`onnxruntime`), LiteRT from TensorFlow (the LiteRT interpreter; from torch
+see test_litert_torch_export.py). From
 TensorFlow, a Reformer exported with its length unknown serves every
 length."""
 
@@ -81,8 +82,8 @@ LITERT_CASES = sorted(name for name in task_cases() if not name.startswith("refo
 
 @pytest.mark.skipif(
     BACKEND != "tensorflow",
-    reason="Keras exports LiteRT from TensorFlow, and from torch only through the litert-torch package, which is "
-    "not a dependency here; JAX has no LiteRT export in Keras",
+    reason="Keras exports LiteRT from TensorFlow, and from torch through litert-torch (test_litert_torch_export.py, "
+    "in an environment of its own); JAX has no LiteRT export in Keras",
 )
 @pytest.mark.parametrize("case", LITERT_CASES)
 def test_a_litert_model_gives_the_keras_outputs(case, tmp_path):

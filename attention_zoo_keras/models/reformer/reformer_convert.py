@@ -31,14 +31,18 @@ with `transformers` only when both hash with the same rotations, which
 
 import numpy as np
 
+from attention_zoo_keras.hub.converters import NotExportableError
 from attention_zoo_keras.hub.converters import TransformersConverter
 from attention_zoo_keras.hub.converters import copy_dense
 from attention_zoo_keras.hub.converters import copy_layer_norm
 from attention_zoo_keras.hub.converters import register_converter
+from attention_zoo_keras.hub.transformers_export import write_tokenizer_config
 from attention_zoo_keras.models.reformer.reformer_attention_options import DEFAULT_ATTENTION
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_causal_lm_preprocessor import ReformerCausalLMPreprocessor
 from attention_zoo_keras.models.reformer.reformer_text_classifier import ReformerTextClassifier
+from attention_zoo_keras.models.reformer.reformer_tokenizer import END_TOKEN
+from attention_zoo_keras.models.reformer.reformer_tokenizer import UNKNOWN_TOKEN
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerByteTokenizer
 from attention_zoo_keras.models.reformer.reformer_tokenizer import ReformerTokenizer
 
@@ -225,6 +229,23 @@ class ReformerConverter(TransformersConverter):
         if isinstance(model, ReformerTextClassifier):
             hf_config.update(num_labels=model.num_classes, classifier_dropout=model.dropout)
         return hf_config
+
+    def export_preprocessor(self, preprocessor, directory):
+        """`tokenizer.json` (the `tokenizers` model this tokenizer is, which
+        `transformers`' `ReformerTokenizer` loads and encodes alike) and its
+        `tokenizer_config.json`. enwik8's byte ids have no `transformers`
+        tokenizer (its model card encodes the bytes by hand)."""
+        tokenizer = preprocessor.tokenizer
+        if not isinstance(tokenizer, ReformerTokenizer):
+            raise NotExportableError(
+                f"transformers has no tokenizer for {type(tokenizer).__name__} (enwik8's byte ids); export with "
+                "include_preprocessor=False and encode bytes as the model card does."
+            )
+        tokenizer.save(directory)
+        write_tokenizer_config(
+            directory, "ReformerTokenizer", eos_token=END_TOKEN, unk_token=UNKNOWN_TOKEN,
+            model_max_length=preprocessor.sequence_length,
+        )
 
 
 register_converter(ReformerConverter())

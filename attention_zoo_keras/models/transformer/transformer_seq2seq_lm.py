@@ -17,6 +17,7 @@ from attention_zoo_keras import backend_support
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
+from attention_zoo_keras.models.generation_request import new_token_counts
 from attention_zoo_keras.models.generative_task import GenerativeTask
 from attention_zoo_keras.models.generative_task import round_up
 from attention_zoo_keras.models.input_validation import check_id_range
@@ -157,6 +158,9 @@ class TransformerSeq2SeqLM(GenerativeTask):
         width = round_up(int(lengths.max()), SOURCE_MULTIPLE, min(limit, token_ids.shape[1]))
         return token_ids[:, :width].astype("int32"), mask[:, :width].astype("int32"), is_text, is_single
 
+    def _output_vocabulary_size(self):
+        return self.backbone.decoder_vocabulary_size
+
     def _special_ids(self, decoder_start_token_id, suppressed_token_ids):
         """`(decoder start id, suppressed ids)` from the arguments of `generate`."""
         if decoder_start_token_id == "auto":
@@ -193,30 +197,32 @@ class TransformerSeq2SeqLM(GenerativeTask):
         start_id, suppressed = self._special_ids(decoder_start_token_id, suppressed_token_ids)
         if not isinstance(force_end_token, bool):
             raise TypeError(f"force_end_token must be True or False; got {force_end_token!r}.")
-        max_length = self._max_length(max_length, max_new_tokens)
+        end_positions = self._end_positions(max_length, max_new_tokens, encoder_token_ids.shape[0])
         pad_id = stop_ids[0] if stop_ids else 0
         if self.preprocessor is not None:
             pad_id = self.preprocessor.tokenizer.pad_token_id
         batch = encoder_token_ids.shape[0]
         forced_id = stop_ids[0] if (force_end_token and stop_ids) else -1
         return self._request(
-            [[start_id]] * batch, np.full((batch,), max_length), stop_ids, pad_id, is_text=is_text,
+            [[start_id]] * batch, end_positions, stop_ids, pad_id, is_text=is_text,
             is_single=is_single, conditioning=(encoder_token_ids, encoder_padding_mask), rules=(suppressed, forced_id),
         )
 
-    def _max_length(self, max_length, max_new_tokens):
-        """The longest target, counting the decoder start token: `max_length`,
-        `max_new_tokens + 1`, or by default room for what training covers."""
+    def _end_positions(self, max_length, max_new_tokens, batch):
+        """Each target's length `(batch,)`, counting the decoder start token:
+        `max_length`, `max_new_tokens + 1`, or by default room for what
+        training covers."""
         limit = self.backbone.max_sequence_length
         if max_new_tokens is not None:
-            if max_new_tokens < 1:
-                raise ValueError(f"max_new_tokens must be at least 1 for a target token; got {max_new_tokens}.")
-            if max_new_tokens + 1 > limit:
+            counts = new_token_counts(max_new_tokens, batch)
+            if counts.min() < 1:
+                raise ValueError(f"max_new_tokens must be at least 1 for a target token; got {int(counts.min())}.")
+            if counts.max() + 1 > limit:
                 raise ValueError(
-                    f"max_new_tokens {max_new_tokens} (after the decoder start token) exceeds the model's "
+                    f"max_new_tokens {int(counts.max())} (after the decoder start token) exceeds the model's "
                     f"max_sequence_length {limit}: the decoder has no positions beyond it."
                 )
-            return int(max_new_tokens) + 1
+            return counts + 1
         if max_length is None:
             max_length = limit
             if self.preprocessor is not None:
@@ -230,7 +236,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
                 f"max_length {max_length} is longer than the model's max_sequence_length {limit}: "
                 "the decoder has no positions beyond it."
             )
-        return int(max_length)
+        return np.full((batch,), int(max_length))
 
     def _decoding_inputs(self, request, rows, buffer_length, prompt_length):
         """The sources of `rows`."""
@@ -265,19 +271,19 @@ class TransformerSeq2SeqLM(GenerativeTask):
 
     def _score_processor(self, rules):
         """`_apply_rules` with the request's suppressed and forced ids."""
-        return lambda scores, index, end_positions: self._apply_rules(scores, index, end_positions, rules)
+        return lambda scores, history: self._apply_rules(scores, history, rules)
 
     @staticmethod
-    def _apply_rules(scores, index, end_positions, rules):
-        """Scores `(batch, vocabulary)` for the token after position `index`
-        with the suppressed ids at −∞ and, where that token is the last a
-        row may write (`index + 1 == end − 1`), every id but the forced end
-        token at −∞ (and the end token at 0)."""
+    def _apply_rules(scores, history, rules):
+        """Scores `(batch, vocabulary)` for the token after position
+        `history.last_index` with the suppressed ids at −∞ and, where that
+        token is the last a row may write (`last_index + 1 == end − 1`),
+        every id but the forced end token at −∞ (and the end token at 0)."""
         suppressed, forced_id = rules
         if suppressed:
             scores = backend_support.fill_columns(scores, list(suppressed), _NEG)
         if forced_id >= 0:
-            last = ops.equal(index + 1, end_positions - 1)[:, None]
+            last = ops.equal(history.last_index + 1, history.end_positions - 1)[:, None]
 
             def forced_end(scores):
                 vocabulary = ops.arange(ops.shape(scores)[-1])

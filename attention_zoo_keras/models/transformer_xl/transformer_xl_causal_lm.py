@@ -222,6 +222,39 @@ class TransformerXLCausalLM(CausalLM):
         """The stream memory: run-time state, never saved with the weights."""
         return [layer.memory for layer in self._stream_memory]
 
+    def _saved_weights(self):
+        unsaved = {id(variable) for variable in self.unsaved_variables}
+        return [variable for variable in self.weights if id(variable) not in unsaved]
+
+    def get_weights(self):
+        """The weights as numpy arrays, less the stream memory (run-time
+        state, as in saving), so that `set_weights` of a fresh model takes
+        them."""
+        return [ops.convert_to_numpy(variable) for variable in self._saved_weights()]
+
+    def set_weights(self, weights):
+        """Sets the weights `get_weights` returns (the stream memory is left
+        as it is).
+
+        Raises:
+            ValueError: for a list of another length, or an array whose
+                shape is not its variable's (both named).
+        """
+        variables = self._saved_weights()
+        if len(variables) != len(weights):
+            raise ValueError(
+                f"{type(self).__name__}.set_weights takes {len(variables)} arrays (the weights less the stream "
+                f"memory, as get_weights returns them); got {len(weights)}."
+            )
+        for variable, value in zip(variables, weights):
+            if tuple(variable.shape) != tuple(np.shape(value)):
+                raise ValueError(
+                    f"set_weights: the variable '{variable.path}' has the shape {tuple(variable.shape)}; got an array "
+                    f"of the shape {tuple(np.shape(value))}."
+                )
+        for variable, value in zip(variables, weights):
+            variable.assign(value)
+
     def reset_memory(self, batch_size=None):
         """Zeros the memory carried between calls, for `batch_size` parallel
         streams (by default the current number, or 8). Called by `fit`,

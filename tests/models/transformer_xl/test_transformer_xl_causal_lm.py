@@ -157,6 +157,26 @@ def test_a_new_batch_size_replaces_the_memory():
         lm({"token_ids": _tokens(2, 4)})
 
 
+def test_get_weights_leave_out_the_memory_so_a_fresh_model_takes_them():
+    """With a stream memory, `get_weights` holds the saved weights only; a
+    fresh model given them computes the same log-probabilities (from no
+    memory), and a list of another length or shape is refused."""
+    lm = _lm()
+    tokens = _tokens(2, 5)
+    expected = _numpy(lm({"token_ids": tokens}))
+    lm.reset_memory(2)
+    lm({"token_ids": tokens})
+    weights = lm.get_weights()
+    assert len(weights) == len(lm.weights) - len(lm.unsaved_variables) and lm.unsaved_variables
+    fresh = TransformerXLCausalLM(_backbone(), name="fresh")
+    fresh.set_weights(weights)
+    np.testing.assert_allclose(_numpy(fresh({"token_ids": tokens})), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="takes .* arrays"):
+        fresh.set_weights(weights[:-1])
+    with pytest.raises(ValueError, match="has the shape"):
+        fresh.set_weights([np.zeros((1,), "float32")] + weights[1:])
+
+
 @pytest.mark.parametrize("same_length", [True, False])
 def test_greedy_generation_with_memory_equals_recomputation(same_length):
     lm = _lm(same_length=same_length)
