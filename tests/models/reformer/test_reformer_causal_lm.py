@@ -115,6 +115,36 @@ def test_greedy_generation_matches_transformers(checkpoint, converted, prompt_le
     np.testing.assert_array_equal(generated["token_ids"], expected)
 
 
+def test_greedy_generation_with_decoding_controls_matches_transformers(checkpoint, converted):
+    """The decoding controls through the Reformer's own decoding (its LSH
+    and local caches, a body run eagerly around the recorded step under
+    torch): the tokens of `transformers`' `generate` with the same
+    controls, and the scores of `compute_transition_scores`. Each control
+    is taken from the unconstrained output so that it matters."""
+    _, model, _ = checkpoint
+    prompt = np.random.default_rng(7).integers(2, 258, size=(1, 7))
+
+    def theirs(**controls):
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor(prompt), max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=None,
+                return_dict_in_generate=True, output_scores=True, **controls,
+            )
+        scores = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        return out.sequences.numpy(), scores.numpy()
+
+    plain, _ = theirs()
+    new = plain[0, 7:].tolist()
+    controls = dict(repetition_penalty=1.4, no_repeat_ngram_size=2, bad_words_ids=[[new[1]], [new[3], new[4]]])
+    expected, expected_scores = theirs(**controls)
+    assert not np.array_equal(expected, plain)
+
+    generated = converted.generate({"token_ids": prompt}, max_new_tokens=12, stop_token_ids=None, return_scores=True,
+                                   **controls)
+    np.testing.assert_array_equal(generated["token_ids"], expected)
+    np.testing.assert_allclose(generated["scores"][:, 7:], expected_scores, atol=ATOL)
+
+
 def test_the_lm_head_bias_is_added(checkpoint, converted):
     ids = np.array([[5, 6, 7]])
     features = {"token_ids": ids, "padding_mask": np.ones_like(ids)}

@@ -195,6 +195,42 @@ def test_greedy_generation_with_memory_equals_recomputation(same_length):
             assert ids[position] == log_probabilities[0, -1].argmax(), (row, position)
 
 
+def test_decoding_controls_equal_recomputation_with_transformers_processors():
+    """Transformer-XL's memory as the decoding cache, with the decoding
+    controls: each greedy token is the argmax of a full recomputation
+    (`score` of the prefix) put through `transformers`' logits processors
+    of the same names, and its score that distribution's log-probability.
+    Prompts of two lengths are decoded apart (`decodes_prompt_lengths_apart`),
+    each row's `min_new_tokens` counted from its own prompt."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    lm = _lm(same_length=True)  # (a recomputation equals generation past the memory: see above)
+    prompts = {"token_ids": np.array([[5, 9, 31, 44], [7, 0, 0, 0]], "int32"),
+               "padding_mask": np.array([[1, 1, 1, 1], [1, 0, 0, 0]], "int32")}
+    stop = int(lm.generate(prompts, max_new_tokens=2, stop_token_ids=None)["token_ids"][1, 1])  # row 1's first token
+    controls = dict(min_new_tokens=3, repetition_penalty=1.5, no_repeat_ngram_size=2, bad_words_ids=[[12], [5, 9]])
+    generated = lm.generate(prompts, max_length=14, stop_token_ids=[stop], return_scores=True, **controls)
+    plain = lm.generate(prompts, max_length=14, stop_token_ids=[stop])
+    assert [list(ids[mask == 1]) for ids, mask in zip(plain["token_ids"], plain["padding_mask"])] != [
+        list(ids[mask == 1]) for ids, mask in zip(generated["token_ids"], generated["padding_mask"])]
+    for row, length in enumerate((4, 1)):
+        processors = transformers.LogitsProcessorList([
+            transformers.RepetitionPenaltyLogitsProcessor(1.5),
+            transformers.NoRepeatNGramLogitsProcessor(2),
+            transformers.NoBadWordsLogitsProcessor([[12], [5, 9]], eos_token_id=[stop]),
+            transformers.MinNewTokensLengthLogitsProcessor(length, 3, [stop]),
+        ])
+        ids = generated["token_ids"][row][generated["padding_mask"][row].astype(bool)]
+        assert len(ids) > length + 3 or ids[-1] == stop
+        for position in range(length, len(ids)):
+            prefix = ids[None, :position]
+            log_probabilities = _numpy(lm.score(prefix, lm.backbone.initial_memory(1, 0))["log_probabilities"])
+            processed = processors(torch.tensor(prefix, dtype=torch.long), torch.tensor(log_probabilities[:, -1]))
+            assert ids[position] == int(processed.argmax()), (row, position)
+            expected_score = float(torch.log_softmax(processed, dim=-1)[0, ids[position]])
+            assert abs(generated["scores"][row, position] - expected_score) < 1e-4, (row, position)
+
+
 def test_generation_and_sampling_run_with_beam_search():
     lm = _lm()
     prompts = {"token_ids": np.array([[5, 9, 31]], "int32")}
