@@ -1,0 +1,148 @@
+"""What the decoding controls cost: GPT-2-small-shaped greedy generation
+with and without `repetition_penalty=1.2, no_repeat_ngram_size=3,
+bad_words_ids=[[10], [20, 30]], min_new_tokens=8` (every control at once),
+ours on the Keras backend of the run and `transformers` (torch, eager, its
+logits processors) beside it, on the same prompts in interleaved rounds
+(`benchmarks.contenders`).
+
+Ours applies the controls inside the compiled loop (`generation.decoding_controls`:
+a scatter or a comparison over `batch × length` ids per step);
+`transformers` runs its processors in Python between steps. The table gives
+each one's time with the controls over its time without them, then ours
+against `transformers` with the controls on.
+
+Run: `bash benchmarks/run.sh decoding_controls` (every backend, log and JSON
+in `benchmarks/results/`), or `KERAS_BACKEND=jax python -m
+benchmarks.decoding_controls_benchmark` (GPT-2 small, batch sizes 1 and 8,
+32 new tokens); `--tiny` for a quick check.
+"""
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from benchmarks.contenders import ratio_cells
+from benchmarks.contenders import summarise
+from benchmarks.contenders import time_interleaved
+from benchmarks.gpt_generation_benchmark import transformers_gpt2
+from benchmarks.streaming_benchmark import GPT2_SMALL
+from benchmarks.streaming_benchmark import TINY
+from benchmarks.timing import cpu_line
+from benchmarks.timing import load_line
+from benchmarks.timing import start_backend
+from benchmarks.timing import write_json
+
+CONTROLS = dict(repetition_penalty=1.2, no_repeat_ngram_size=3, bad_words_ids=[[10], [20, 30]], min_new_tokens=8)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per batch size")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each contender first")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the backend (default: all)")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer, 64-wide model: a smoke test of the script")
+    parser.add_argument("--backend-label", default=None, help="the backend's name in the output (default: Keras')")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    return parser.parse_args(argv)
+
+
+def build_ours(config):
+    from attention_zoo_keras.models import GPTBackbone
+    from attention_zoo_keras.models import GPTCausalLM
+
+    backbone = GPTBackbone(**config, max_sequence_length=1024, dropout=0.0, attention_dropout=0.0)
+    rng = np.random.default_rng(0)
+    for variable in backbone.weights:  # large enough that greedy decoding does not repeat one token
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype(variable.dtype))
+    return GPTCausalLM(backbone)
+
+
+def runners_for(lm, reference, prompts, new_tokens):
+    """`{name: () -> token ids}`: ours and `transformers`', each plain and
+    with `CONTROLS`, generating exactly `new_tokens` tokens per row."""
+    import torch
+
+    inputs = {"token_ids": prompts, "padding_mask": np.ones_like(prompts)}
+    input_ids = torch.from_numpy(prompts).long()
+
+    def ours(**controls):
+        return lambda: lm.generate(inputs, max_new_tokens=new_tokens, stop_token_ids=None, **controls)["token_ids"]
+
+    def theirs(**controls):
+        def generate():
+            with torch.no_grad():
+                return reference.generate(
+                    input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
+                    do_sample=False, num_beams=1, pad_token_id=0, eos_token_id=None, **controls,
+                ).numpy()
+
+        return generate
+
+    # (min_new_tokens bans the stop ids; with none, it changes nothing but still runs.)
+    return {"ours": ours(), "ours + controls": ours(**CONTROLS), "transformers": theirs(),
+            "transformers + controls": theirs(**CONTROLS)}
+
+
+def run_batch(lm, reference, prompts, args):
+    runners = runners_for(lm, reference, prompts, args.new_tokens)
+    for call in runners.values():
+        for _ in range(args.warmup):
+            call()
+    entries = {name: {"times_s": [], "cpu_s": []} for name in runners}
+
+    def measure(name):
+        cpu, start = time.process_time(), time.perf_counter()
+        runners[name]()
+        return time.perf_counter() - start, time.process_time() - cpu
+
+    def fail(name, error):
+        raise error
+
+    time_interleaved(runners, args.repeats, measure, entries.__getitem__, fail)
+    for entry in entries.values():
+        summarise(entry)
+        entry["tokens_per_s"] = len(prompts) * args.new_tokens / entry["median_s"]
+    return entries
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    backend, _ = start_backend(args.threads)
+    backend = args.backend_label or backend
+    config = TINY if args.tiny else GPT2_SMALL
+    lm = build_ours(config)
+    reference = transformers_gpt2({**config, "max_sequence_length": 1024}).eval()
+    print(f"backend {backend}; {cpu_line(args.threads)}; {load_line('start')}")
+    print(f"model {config}, prompt {args.prompt_len} tokens + {args.new_tokens} new, greedy; controls {CONTROLS}")
+    print("| batch | ours (s) | ours + controls (s) | ratio median / min / paired | transformers (s) "
+          "| transformers + controls (s) | ratio median / min / paired | theirs / ours, controls on |")
+    print("|" + "---|" * 8)
+    results = {}
+    for batch_size in args.batch_sizes:
+        prompts = np.random.default_rng(batch_size).integers(100, config["vocabulary_size"] - 1,
+                                                             size=(batch_size, args.prompt_len)).astype("int32")
+        entries = run_batch(lm, reference, prompts, args)
+        results[batch_size] = entries
+        ours, ours_controls = entries["ours"], entries["ours + controls"]
+        theirs, theirs_controls = entries["transformers"], entries["transformers + controls"]
+        ours_ratio = " / ".join(ratio_cells(ours_controls, ours))
+        their_ratio = " / ".join(ratio_cells(theirs_controls, theirs))
+        versus = ratio_cells(dict(theirs_controls), ours_controls)[2]
+        print(f"| {batch_size} | {ours['median_s']:.3f} | {ours_controls['median_s']:.3f} | {ours_ratio} "
+              f"| {theirs['median_s']:.3f} | {theirs_controls['median_s']:.3f} | {their_ratio} | {versus} |")
+    print("\nratios: time with the controls / without (above 1: what they cost), of the medians, of the minima and"
+          "\npaired (the median over rounds of the per-round ratio, which cancels load that changes between rounds);"
+          "\nlast column: transformers / ours with the controls on, paired (above 1: ours faster).")
+    print(load_line("end"))
+    if args.json:
+        write_json(args.json, {"backend": backend, "config": config, "controls": CONTROLS, "args": vars(args),
+                               "results": results})
+
+
+if __name__ == "__main__":
+    main()
