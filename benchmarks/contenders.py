@@ -88,6 +88,25 @@ def time_interleaved(runners, rounds, measure, entry, fail):
             entry(name)["cpu_s"].append(cpu)
 
 
+def time_rounds(runners, rounds):
+    """`{name: entry}`: each of `runners` (`{name: call}`, warmed up by the
+    caller) timed in `rounds` interleaved rounds (`time_interleaved`) and
+    summarised (`summarise`); a call that raises stops the run."""
+    entries = {name: {"times_s": [], "cpu_s": []} for name in runners}
+
+    def measure(name):
+        _, wall, cpu = timed_call(runners[name])
+        return wall, cpu
+
+    def fail(name, error):
+        raise error
+
+    time_interleaved(runners, rounds, measure, entries.__getitem__, fail)
+    for entry in entries.values():
+        summarise(entry)
+    return entries
+
+
 def summarise(entry):
     """Adds `median_s`, `min_s` and `cpu_median_s` to an entry with
     `times_s` and `cpu_s`."""

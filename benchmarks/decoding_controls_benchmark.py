@@ -19,13 +19,11 @@ benchmarks.decoding_controls_benchmark` (GPT-2 small, batch sizes 1 and 8,
 
 import argparse
 import os
-import time
 
 import numpy as np
 
 from benchmarks.contenders import ratio_cells
-from benchmarks.contenders import summarise
-from benchmarks.contenders import time_interleaved
+from benchmarks.contenders import time_rounds
 from benchmarks.gpt_generation_benchmark import transformers_gpt2
 from benchmarks.streaming_benchmark import GPT2_SMALL
 from benchmarks.streaming_benchmark import TINY
@@ -93,19 +91,8 @@ def run_batch(lm, reference, prompts, args):
     for call in runners.values():
         for _ in range(args.warmup):
             call()
-    entries = {name: {"times_s": [], "cpu_s": []} for name in runners}
-
-    def measure(name):
-        cpu, start = time.process_time(), time.perf_counter()
-        runners[name]()
-        return time.perf_counter() - start, time.process_time() - cpu
-
-    def fail(name, error):
-        raise error
-
-    time_interleaved(runners, args.repeats, measure, entries.__getitem__, fail)
+    entries = time_rounds(runners, args.repeats)
     for entry in entries.values():
-        summarise(entry)
         entry["tokens_per_s"] = len(prompts) * args.new_tokens / entry["median_s"]
     return entries
 

@@ -26,8 +26,7 @@ import time
 
 from benchmarks.contenders import RATIO_NOTE
 from benchmarks.contenders import ratio_cells
-from benchmarks.contenders import summarise
-from benchmarks.contenders import time_interleaved
+from benchmarks.contenders import time_rounds
 from benchmarks.timing import cpu_line
 from benchmarks.timing import load_line
 from benchmarks.timing import start_backend
@@ -108,23 +107,12 @@ def run_batch(lm, texts, args):
     if joined != whole:
         raise SystemExit("the streamed pieces do not join to generate's output")
     runners = {"whole": lambda: lm.generate(texts, **arguments), "streamed": streamed}
-    entries = {name: {"times_s": [], "cpu_s": []} for name in runners}
     for name, call in runners.items():
         for _ in range(args.warmup):
             call()
     first_piece_s.clear()
-
-    def measure(name):
-        cpu, start = time.process_time(), time.perf_counter()
-        runners[name]()
-        return time.perf_counter() - start, time.process_time() - cpu
-
-    def fail(name, error):
-        raise error
-
-    time_interleaved(runners, args.repeats, measure, entries.__getitem__, fail)
+    entries = time_rounds(runners, args.repeats)
     for entry in entries.values():
-        summarise(entry)
         entry["tokens_per_s"] = len(texts) * args.new_tokens / entry["median_s"]
     entries["streamed"]["first_piece_median_s"] = sorted(first_piece_s)[len(first_piece_s) // 2]
     return entries
