@@ -27,6 +27,7 @@ from benchmarks.contenders import time_rounds
 from benchmarks.gpt_generation_benchmark import transformers_gpt2
 from benchmarks.streaming_benchmark import GPT2_SMALL
 from benchmarks.streaming_benchmark import TINY
+from benchmarks.streaming_benchmark import build_model
 from benchmarks.timing import cpu_line
 from benchmarks.timing import load_line
 from benchmarks.timing import start_backend
@@ -47,17 +48,6 @@ def parse_args(argv=None):
     parser.add_argument("--backend-label", default=None, help="the backend's name in the output (default: Keras')")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     return parser.parse_args(argv)
-
-
-def build_ours(config):
-    from attention_zoo_keras.models import GPTBackbone
-    from attention_zoo_keras.models import GPTCausalLM
-
-    backbone = GPTBackbone(**config, max_sequence_length=1024, dropout=0.0, attention_dropout=0.0)
-    rng = np.random.default_rng(0)
-    for variable in backbone.weights:  # large enough that greedy decoding does not repeat one token
-        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype(variable.dtype))
-    return GPTCausalLM(backbone)
 
 
 def runners_for(lm, reference, prompts, new_tokens):
@@ -102,7 +92,7 @@ def main(argv=None):
     backend, _ = start_backend(args.threads)
     backend = args.backend_label or backend
     config = TINY if args.tiny else GPT2_SMALL
-    lm = build_ours(config)
+    lm = build_model(config, sequence_length=args.prompt_len + args.new_tokens)  # (the same weights)
     reference = transformers_gpt2({**config, "max_sequence_length": 1024}).eval()
     print(f"backend {backend}; {cpu_line(args.threads)}; {load_line('start')}")
     print(f"model {config}, prompt {args.prompt_len} tokens + {args.new_tokens} new, greedy; controls {CONTROLS}")
