@@ -32,7 +32,9 @@ from typing import NamedTuple
 
 from keras import ops
 
+from attention_zoo_keras.backend_support import fill_columns
 from attention_zoo_keras.backend_support import marked_columns
+from attention_zoo_keras.generation.generate_arguments import check_count
 
 _BANNED = float("-inf")
 # What a rule writes where it bans no id.
@@ -85,23 +87,13 @@ class DecodingHistory(NamedTuple):
     stop_token_ids: Any
 
 
-def _check_count(name, value):
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int or None; got {value!r}.")
-    if value < 0:
-        raise ValueError(f"{name} must be non-negative; got {value}.")
-    return int(value)
-
-
 def _check_bad_words(bad_words_ids, stop_ids):
     if bad_words_ids is None:
         return ()
     message = f"bad_words_ids must be a non-empty list of non-empty lists of token ids; got {bad_words_ids!r}."
     if isinstance(bad_words_ids, (str, bytes)) or not hasattr(bad_words_ids, "__iter__"):
         raise TypeError(message)
-    words = [word for word in bad_words_ids]
+    words = list(bad_words_ids)
     if not words or any(isinstance(word, (str, bytes)) or not hasattr(word, "__iter__") for word in words):
         raise TypeError(message)
     words = [tuple(word) for word in words]
@@ -139,9 +131,9 @@ def decoding_controls(
     if not penalty > 0:
         raise ValueError(f"repetition_penalty must be positive (1.0: no penalty); got {repetition_penalty}.")
     return DecodingControls(
-        _check_count("min_new_tokens", min_new_tokens),
+        check_count("min_new_tokens", min_new_tokens) or 0,
         float(penalty),
-        _check_count("no_repeat_ngram_size", no_repeat_ngram_size),
+        check_count("no_repeat_ngram_size", no_repeat_ngram_size) or 0,
         _check_bad_words(bad_words_ids, stop_ids),
     )
 
@@ -153,7 +145,9 @@ def apply_controls(controls, scores, history):
     Args:
         controls: DecodingControls. The call's controls.
         scores: float32 tensor of shape `(rows, vocabulary)`. The step's
-            scores for the token after `history.last_index`.
+            scores for the token after `history.last_index`; a fresh tensor
+            the caller owns (under torch the banned single ids are written
+            into it in place, `backend_support.fill_columns`).
         history: DecodingHistory. The rows' tokens so far.
     """
     if controls.repetition_penalty != 1.0:
@@ -170,8 +164,7 @@ def apply_controls(controls, scores, history):
         scores = ops.where(marked, _BANNED, scores)
     single_ids = [word[0] for word in controls.bad_words_ids if len(word) == 1]
     if single_ids:
-        is_single = ops.any(ops.arange(vocabulary)[:, None] == ops.convert_to_tensor(single_ids)[None, :], axis=-1)
-        scores = ops.where(is_single[None, :], _BANNED, scores)
+        scores = fill_columns(scores, single_ids, _BANNED)
     if controls.min_new_tokens:
         scores = _ban_stops_before(scores, history, controls.min_new_tokens)
     return scores

@@ -1,6 +1,6 @@
 """`generate`'s keyword arguments read and checked before anything is
-compiled: its `**options` split between the sampler and the task, and its
-stop token ids."""
+compiled: its `**options` split between the sampler and the task, its
+stop token ids, and counts."""
 
 import numbers
 
@@ -38,6 +38,23 @@ def split_generate_options(options, task_option_names, argument_names, caller):
         {k: v for k, v in options.items() if k in sampler_names},
         {k: v for k, v in options.items() if k in task_option_names},
     )
+
+
+def check_count(name, value):
+    """`value` as an int, or `None`: a count `generate` takes (a length, a
+    seed, a minimum).
+
+    Raises:
+        TypeError: for a value that is not an int (a bool included).
+        ValueError: for a negative one.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int or None; got {value!r}.")
+    if value < 0:
+        raise ValueError(f"{name} must be non-negative; got {value}.")
+    return int(value)
 
 
 def parse_stop_token_ids(stop_token_ids, end_token_id):

@@ -4,7 +4,6 @@ silently), the length arguments checked, and the right-padded buffer a
 decoding loop fills (`GenerationRequest`)."""
 
 import dataclasses
-import numbers
 from typing import NamedTuple
 from typing import Optional
 
@@ -12,6 +11,7 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.generation.decoding_controls import DecodingControls
+from attention_zoo_keras.generation.generate_arguments import check_count
 from attention_zoo_keras.naming import did_you_mean
 
 
@@ -81,24 +81,17 @@ def dict_prompt_arrays(inputs, ids_key, mask_key, row_name):
     return token_ids, mask
 
 
-def _check_count(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
-        raise TypeError(f"{name} must be an int or None; got {value!r}.")
-    if value is not None and value < 0:
-        raise ValueError(f"{name} must be non-negative; got {value}.")
-
-
 def check_integer_arguments(max_length, max_new_tokens, seed):
     """Raises for a length or seed that is not a non-negative int (or
     `None`; `max_new_tokens` may also be a list of them, one per prompt),
     or for both lengths given."""
-    _check_count("max_length", max_length)
+    check_count("max_length", max_length)
     if isinstance(max_new_tokens, (list, tuple, np.ndarray)):
         for count in max_new_tokens:
-            _check_count("Each of max_new_tokens", count.item() if isinstance(count, np.generic) else count)
+            check_count("Each of max_new_tokens", count.item() if isinstance(count, np.generic) else count)
     else:
-        _check_count("max_new_tokens", max_new_tokens)
-    _check_count("seed", seed)
+        check_count("max_new_tokens", max_new_tokens)
+    check_count("seed", seed)
     if max_length is not None and max_new_tokens is not None:
         raise ValueError(
             f"Give max_length or max_new_tokens, not both (got max_length={max_length}, "

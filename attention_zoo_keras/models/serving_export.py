@@ -1,8 +1,6 @@
 """`model.export` for serving, Keras' own exporter made dependable on every
 backend (see `backend_support.litert_export_settings`)."""
 
-import keras
-
 from attention_zoo_keras.backend_support import litert_export_settings
 
 
@@ -30,11 +28,10 @@ class ServingExport:
 
         Example:
 
+        >>> import keras
         >>> signature = [{"token_ids": keras.InputSpec(shape=(1, 8), dtype="int32"),
         ...               "padding_mask": keras.InputSpec(shape=(1, 8), dtype="int32")}]
         >>> classifier.export("model.tflite", format="litert", input_signature=signature)  # doctest: +SKIP
         """
         with litert_export_settings(format):
-            return keras.Model.export(
-                self, filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
-            )
+            return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)

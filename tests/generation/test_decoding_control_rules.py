@@ -37,7 +37,8 @@ def _ours(controls, token_ids, scores, last_index, prompt_lengths):
         keras.ops.convert_to_tensor(np.full(len(token_ids), 99, "int32")),
         keras.ops.convert_to_tensor(np.array(STOP_IDS, "int32")),
     )
-    return keras.ops.convert_to_numpy(apply_controls(controls, keras.ops.convert_to_tensor(scores), history))
+    fresh_scores = keras.ops.convert_to_tensor(scores.copy())  # (apply_controls may write into it)
+    return keras.ops.convert_to_numpy(apply_controls(controls, fresh_scores, history))
 
 
 def _theirs(processor, token_ids, scores, last_index):

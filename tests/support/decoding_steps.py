@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 import attention_zoo_keras as azk
+from tests.support.gpt_decoding import full_logits
 from tests.support.tiny_models import tiny_gpt
 
 PROMPT = [5, 17, 3, 29]
@@ -19,12 +20,6 @@ def step_lm(**overrides):
     return azk.models.GPTCausalLM(tiny_gpt(**overrides))
 
 
-def full_logits(lm, ids):
-    """The Keras model's logits for the token after `ids`, by one full pass."""
-    token_ids = np.array([ids], "int32")
-    return keras.ops.convert_to_numpy(lm({"token_ids": token_ids, "padding_mask": np.ones_like(token_ids)}))[0, -1]
-
-
 def decode_with_step(run, cache, lm):
     """Feeds `PROMPT`, then greedy choices, one token per call of `run`
     (`{name: array} -> {name: array}`, the step's inputs and outputs),
@@ -35,7 +30,8 @@ def decode_with_step(run, cache, lm):
         outputs = run({"token_ids": np.array([[ids[position]]], "int32"), "index": np.array([position], "int32"),
                        **cache})
         cache = {name: value for name, value in outputs.items() if name != "logits"}
-        np.testing.assert_allclose(outputs["logits"][0], full_logits(lm, ids[: position + 1]), atol=1e-4)
+        expected = full_logits(lm, [ids[: position + 1]])[0, -1]  # the token after them, by one full pass
+        np.testing.assert_allclose(outputs["logits"][0], expected, atol=1e-4)
         if position >= len(PROMPT) - 1:
             ids.append(int(np.argmax(outputs["logits"][0])))
     return ids

@@ -21,6 +21,7 @@ from keras import ops
 
 from attention_zoo_keras.attention.xl import xl_attention_mask
 from attention_zoo_keras.backend_support import is_concrete
+from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
 from attention_zoo_keras.metrics.perplexity import Perplexity
 from attention_zoo_keras.models.causal_lm import CausalLM
@@ -223,8 +224,7 @@ class TransformerXLCausalLM(CausalLM):
         return [layer.memory for layer in self._stream_memory]
 
     def _saved_weights(self):
-        unsaved = {id(variable) for variable in self.unsaved_variables}
-        return [variable for variable in self.weights if id(variable) not in unsaved]
+        return list(variables_by_key(self).values())  # (in `weights`' order, less `unsaved_variables`)
 
     def get_weights(self):
         """The weights as numpy arrays, less the stream memory (run-time
