@@ -35,6 +35,10 @@ suppressed, the forced end token):
   early_stopping=False, stop_token_ids=[0], decoder_start_token_id=58100,
   suppressed_token_ids=[58100, 0], force_end_token=True)``; greedy:
   ``num_beams=1`` (sampler ``"greedy"``).
+* ``ours_one_size_cache`` (not run unless named in ``--contenders``): ours
+  with the decoder's key/value cache kept at the buffer's size, as before
+  caches grew with the positions written (torch on a CPU,
+  ``generation.cache_growth``); the same recorded steps otherwise.
 * ``transformers`` (torch only): ``MarianMTModel`` in eval mode
   (``attn_implementation="sdpa"``), ``model.generate(input_ids,
   attention_mask=mask, max_length=L, min_length=L, num_beams=4,
@@ -118,7 +122,8 @@ TINY = dict(
     max_position_embeddings=64,
 )
 EOS_ID = 0  # Marian's </s>; <pad> (the decoder start) is the last id.
-CONTENDERS = ("ours", "transformers")
+CONTENDERS = ("ours", "ours_one_size_cache", "transformers")
+DEFAULT_CONTENDERS = ("ours", "transformers")
 MODES = ("beam", "greedy")
 
 
@@ -151,7 +156,8 @@ def parse_args(argv=None):
     )
     parser.add_argument("--backend-label", default=None, help="label printed for this run (default: the Keras backend)")
     parser.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help="comma-separated subset of " + ",".join(CONTENDERS)
+        "--contenders", default=",".join(DEFAULT_CONTENDERS),
+        help="comma-separated subset of " + ",".join(CONTENDERS) + " (default: " + ",".join(DEFAULT_CONTENDERS) + ")",
     )
     parser.add_argument(
         "--no-reference", action="store_true",
@@ -291,6 +297,23 @@ def ours_generate_fn(mt, config, mode, max_length, num_beams, length_penalty):
     return generate, call
 
 
+def with_one_size_cache(generate):
+    """`generate` with the decoding cache kept at the buffer's size: the
+    share of a step's traffic from which the cache grows made unreachable
+    for the call (`backend_support.compiled_decoding`)."""
+    from attention_zoo_keras.backend_support import compiled_decoding
+
+    def call(token_ids, mask):
+        threshold = compiled_decoding._GROWTH_PAYS_FROM_SHARE
+        compiled_decoding._GROWTH_PAYS_FROM_SHARE = float("inf")
+        try:
+            return generate(token_ids, mask)
+        finally:
+            compiled_decoding._GROWTH_PAYS_FROM_SHARE = threshold
+
+    return call
+
+
 def check_output(name, token_ids, batch, max_length, pad_id):
     """Raises unless every row is the decoder start, max_length − 2 tokens
     other than </s> and <pad>, then </s>."""
@@ -395,6 +418,9 @@ def main(argv=None):
                 )
                 runners["ours"] = {m: fns[m][0] for m in args.modes}
                 print(f"[ours] {mt.count_params():,} parameters, from_preset in {build_s:.1f}s")
+                if "ours_one_size_cache" in contenders:
+                    results["ours_one_size_cache"] = {"path": {m: fns[m][1] + ", one-size cache" for m in args.modes}}
+                    runners["ours_one_size_cache"] = {m: with_one_size_cache(fns[m][0]) for m in args.modes}
             except Exception as error:
                 fail("ours", error)
     for name in runners:
@@ -432,22 +458,25 @@ def main(argv=None):
                     except Exception:
                         expected = None
                         print(f"[transformers (reference)] FAILED, no equality check:\n{traceback.format_exc()}")
-            if "ours" in runners:
+            for name in [name for name in ("ours", "ours_one_size_cache") if name in runners]:
                 try:
                     start = time.perf_counter()
-                    out = run_once("ours")
+                    out = run_once(name)
                     first = time.perf_counter() - start
-                    results["ours"][key] = {"first_call_s": first, "times_s": [], "cpu_s": []}
-                    line = f"[ours] first call (compile/trace) {first:.2f}s"
+                    results[name][key] = {"first_call_s": first, "times_s": [], "cpu_s": []}
+                    line = f"[{name}] first call (compile/trace) {first:.2f}s"
                     if expected is not None:
-                        comparisons[key] = compare(out, expected)
-                        if comparisons[key]["equal"]:
+                        comparison = compare(out, expected)
+                        comparisons.setdefault(key, comparison)
+                        if not comparison["equal"]:
+                            comparisons[key] = comparison
+                        if comparison["equal"]:
                             line += f"; same {batch_size} x {max_length} tokens as transformers"
                         else:
-                            line += f"; MISMATCH with transformers: {comparisons[key]}"
+                            line += f"; MISMATCH with transformers: {comparison}"
                     print(line)
                 except Exception as error:
-                    fail("ours", error)
+                    fail(name, error)
             for name in list(runners):
                 for _ in range(args.warmup - 1):
                     try:

@@ -52,6 +52,7 @@ class DecodingCache(abc.ABC):
     """
 
     position_addressed = True
+    resizable = False
 
     @abc.abstractmethod
     def initial_cache(self, batch, max_length, num_heads, head_dim, dtype, **options):
@@ -114,6 +115,14 @@ class DecodingCache(abc.ABC):
             `(output (batch, T, num_heads, head_dim), new_cache)`.
         """
 
+    def resized(self, cache, max_length):
+        """The cache with room for positions `[0, max_length)` only: the
+        positions it holds below `max_length` kept, later ones dropped, new
+        slots empty. Only a cache whose `resizable` is true can (a
+        decoding loop grows it with the positions written, see
+        `generation.cache_growth`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot change its size.")
+
 
 class KeyValueCache(DecodingCache):
     """Incremental decoding with a key/value cache (position-addressed).
@@ -154,6 +163,7 @@ class KeyValueCache(DecodingCache):
     """
 
     position_addressed = True
+    resizable = True
 
     def __init__(self, attend):
         self.attend = attend
@@ -202,6 +212,17 @@ class KeyValueCache(DecodingCache):
             **arguments,
         )
         return output, (key_cache, value_cache)
+
+    def resized(self, cache, max_length):
+        """`K[:, :max_length]` and `V[:, :max_length]`, zeros appended where
+        `max_length` is longer (see `DecodingCache.resized`)."""
+        length = ops.shape(cache[0])[1]
+        if max_length == length:
+            return cache
+        if max_length < length:
+            return tuple(backend_support.materialize(tensor[:, :max_length]) for tensor in cache)
+        widths = [[0, 0], [0, max_length - length], [0, 0], [0, 0]]
+        return tuple(ops.pad(tensor, widths) for tensor in cache)
 
 
 def attend_over_cache(mechanism):

@@ -29,6 +29,7 @@ from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
 from attention_zoo_keras.backend_support.compiled_decoding import apply_when
 from attention_zoo_keras.backend_support.compiled_decoding import compile_inference
+from attention_zoo_keras.backend_support.compiled_decoding import decoding_cache_sizes
 from attention_zoo_keras.backend_support.compiled_decoding import decoding_while_loop
 from attention_zoo_keras.backend_support.compiled_decoding import fill_columns
 from attention_zoo_keras.backend_support.compiled_decoding import marked_columns
@@ -63,6 +64,7 @@ __all__ = [
     "compile_step",
     "compile_training_step",
     "custom_gradient_from_outputs",
+    "decoding_cache_sizes",
     "decoding_while_loop",
     "dense_projection",
     "fill_columns",

@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.backend_support import reorder_rows
+from attention_zoo_keras.generation.cache_growth import run_with_growing_cache
 from attention_zoo_keras.generation.decoding_controls import DecodingHistory
 
 _NEG = -1.0e9
@@ -180,7 +181,7 @@ def _penalised(score, generated_length, length_penalty):
     return score / ops.power(ops.cast(generated_length, "float32"), length_penalty)
 
 
-def beam_search(body, state, options):
+def beam_search(body, state, options, cache_growth=None):
     """Best continuation of each prompt (all prompts the same length).
 
     Args:
@@ -196,6 +197,9 @@ def beam_search(body, state, options):
             `constants` the step takes. Its `prompt_mask` is not used.
         options: BeamOptions. The search's options (see the module
             docstring).
+        cache_growth: CacheGrowth or None. How the cache grows with the
+            positions written (`cache_growth.run_with_growing_cache`), or
+            `None` for a cache that keeps the buffer's size.
 
     Returns:
         `(token_ids, lengths, token_scores, sequence_scores)`: the best
@@ -214,12 +218,17 @@ def beam_search(body, state, options):
     row_end_positions = ops.repeat(ops.cast(state.end_positions, "int32"), beams, axis=0)
     fixed = (prompt_length, max_length, row_end_positions, stop_token_ids, tuple(state.constants))
 
-    def keep_going(index, running, running_scores, running_token_scores, finished, finished_scores,
-                   finished_token_scores, finished_lengths, is_finished, improvable, all_ended, cache):
-        go = ops.logical_and(ops.any(improvable), ops.logical_not(all_ended))
-        if early_stopping is True:
-            go = ops.logical_and(go, ops.logical_not(ops.all(is_finished)))
-        return ops.logical_and(go, ops.less(index, max_length))
+    def search_until(loop_state, until):
+        limit = ops.minimum(max_length, until)
+
+        def keep_going(index, running, running_scores, running_token_scores, finished, finished_scores,
+                       finished_token_scores, finished_lengths, is_finished, improvable, all_ended, cache):
+            go = ops.logical_and(ops.any(improvable), ops.logical_not(all_ended))
+            if early_stopping is True:
+                go = ops.logical_and(go, ops.logical_not(ops.all(is_finished)))
+            return ops.logical_and(go, ops.less(index, limit))
+
+        return ops.while_loop(keep_going, lambda *loop_state: body(*loop_state, fixed), loop_state)
 
     running = ops.repeat(token_ids[:, None, :], beams, axis=1)
     running_scores = ops.concatenate(
@@ -240,6 +249,9 @@ def beam_search(body, state, options):
         ops.convert_to_tensor(False),
         state.cache,
     )
-    loop_state = ops.while_loop(keep_going, lambda *loop_state: body(*loop_state, fixed), loop_state)
+    # A step reads the cache (attention), then copies it to reorder the beams (a read and a write).
+    loop_state = run_with_growing_cache(
+        search_until, loop_state, token_ids, prompt_length, cache_growth, reads_per_step=3
+    )
     _, _, _, _, finished, finished_scores, finished_token_scores, finished_lengths = loop_state[:8]
     return finished[:, 0, :], finished_lengths[:, 0], finished_token_scores[:, 0, :], finished_scores[:, 0]

@@ -17,7 +17,9 @@ that point write pad ids over pad ids. Each position from
 not position-addressed (a recurrent state) must hold exactly the positions
 before `start_index − 1`. Everything is
 `keras.ops` in one `ops.while_loop`, so the whole loop compiles into a single
-program (see `backend_support.compile_inference`). The loop's body reads
+program (see `backend_support.compile_inference`); where the cache grows with
+the positions written (torch on a CPU, `cache_growth`), one loop per cache
+size. The loop's body reads
 positions through tensor indices only (`take`, `write_rows`), never Python
 slices, so under torch it can be recorded once and replayed at every
 position (`backend_support.compile_step`).
@@ -27,6 +29,7 @@ from keras import ops
 
 from attention_zoo_keras.backend_support import decoding_while_loop
 from attention_zoo_keras.backend_support import write_rows
+from attention_zoo_keras.generation.cache_growth import run_with_growing_cache
 from attention_zoo_keras.generation.decoding_controls import DecodingHistory
 
 
@@ -146,7 +149,7 @@ def decode_until(body, loop_state, fixed, until):
     )
 
 
-def decode_in_place(body, state, uniforms):
+def decode_in_place(body, state, uniforms, cache_growth=None):
     """Fills `state.token_ids` past the prompts, one position per step.
 
     Args:
@@ -157,6 +160,9 @@ def decode_in_place(body, state, uniforms):
             under torch (see `write_rows`).
         uniforms: float32 tensor of shape `(batch, buffer_length)`. Numbers
             in [0, 1), the sampler's randomness for each position.
+        cache_growth: CacheGrowth or None. How the cache grows with the
+            positions written (`cache_growth.run_with_growing_cache`), or
+            `None` for a cache that keeps the buffer's size.
 
     Returns:
         `(token_ids, valid, scores)`: the filled buffer, a bool mask
@@ -164,8 +170,13 @@ def decode_in_place(body, state, uniforms):
         generated token, and the generated tokens' log-probabilities (zeros
         unless the body writes them).
     """
-    buffer_length = ops.shape(state.token_ids)[1]
-    _, token_ids, valid, scores, _, _ = decode_until(
-        body, start_loop(state), fixed_inputs(state, uniforms), buffer_length
+    fixed = fixed_inputs(state, uniforms)
+    _, token_ids, valid, scores, _, _ = run_with_growing_cache(
+        lambda loop_state, until: decode_until(body, loop_state, fixed, until),
+        start_loop(state),
+        state.token_ids,
+        state.start_index,
+        cache_growth,
+        reads_per_step=1,
     )
     return token_ids, valid, scores

@@ -22,6 +22,7 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.attention.registry import get_decoding
+from attention_zoo_keras.generation.cache_growth import layer_cache_growth
 from attention_zoo_keras.models.decoding_step_model import DecodingStepModel
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
 from attention_zoo_keras.models.generation_request import new_token_counts
@@ -109,6 +110,12 @@ class CausalLM(GenerativeTask):
         return tuple(
             block.self_attention.initial_cache(batch_size, max_length) for block in self.backbone.transformer_layers
         )
+
+    def _cache_growth(self):
+        """Every layer's cache grown by its mechanism (`None` for a recurrent
+        state); a step reads every weight."""
+        attention_layers = [block.self_attention for block in self.backbone.transformer_layers]
+        return layer_cache_growth(attention_layers, self.weights)
 
     def _prompts(self, inputs):
         """`(list of id lists, is_text, is_single)` from raw text or a dict."""

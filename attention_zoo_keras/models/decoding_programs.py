@@ -14,6 +14,8 @@ from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
 from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import beam_search_body
+from attention_zoo_keras.generation.cache_growth import cache_sizes
+from attention_zoo_keras.generation.cache_growth import grown_for
 from attention_zoo_keras.generation.decoding_controls import apply_controls
 from attention_zoo_keras.generation.decoding_state import DecodingState
 from attention_zoo_keras.generation.in_place_decoding import decode_in_place
@@ -155,7 +157,7 @@ class DecodingPrograms:
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
-                return decode_in_place(body, state, uniforms)
+                return decode_in_place(body, state, uniforms, self._cache_growth())
 
             return run
 
@@ -193,13 +195,16 @@ class DecodingPrograms:
         key = self._sampling_key(request, sampler)
         run_start = self._compiled(("stream start", *key), build_start)
         run_chunk = self._compiled(("stream chunk", *key), build_chunk)
+        growth = self._cache_growth()
         token_ids, valid = request.token_ids.copy(), request.prompt_mask.copy()
         yield token_ids, valid
         for rows, buffer_length, prompt_length, inputs in self._sampling_groups(request, sampler, seed):
             decoding_inputs, ids, prompt_mask, ends, stop_ids, uniforms, start_index = inputs
             loop_state, constants = run_start(decoding_inputs, ids, prompt_mask, ends, start_index)
             fixed = (prompt_mask, ends, stop_ids, uniforms, constants)
+            sizes = cache_sizes(ids, prompt_length, loop_state[-1], 1, growth)
             for until in chunk_ends(prompt_length, buffer_length):
+                loop_state = grown_for(loop_state, until, sizes, growth)
                 loop_state = run_chunk(loop_state, fixed, ops.convert_to_tensor(np.int32(until)))
                 token_ids[rows, :buffer_length] = ops.convert_to_numpy(loop_state[1])
                 valid[rows, :buffer_length] = ops.convert_to_numpy(loop_state[2])
@@ -222,7 +227,7 @@ class DecodingPrograms:
             def run(inputs, token_ids, end_positions, stop_ids, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
-                return beam_search(body, state, options)
+                return beam_search(body, state, options, self._cache_growth())
 
             return run
 

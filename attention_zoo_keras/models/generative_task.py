@@ -18,7 +18,9 @@ A family fills these hooks:
   cache)`: one decoding step (recorded with the loop's body under torch,
   `_recorded_body`).
 - optionally `_score_processor(rules)`: a function applied to each step's
-  scores (suppressed tokens, a forced end token).
+  scores (suppressed tokens, a forced end token);
+- optionally `_cache_growth()`: a `CacheGrowth`, for a cache that grows
+  with the positions written (`generation.cache_growth`).
 
 The step and the score processor should not branch on a tensor's value
 (`backend_support.apply_when` skips work without one): under torch a body
@@ -286,6 +288,12 @@ class GenerativeTask(DecodingPrograms, Task):
     def _output_vocabulary_size(self):
         """The number of ids the model scores at each step."""
         return self.backbone.vocabulary_size
+
+    def _cache_growth(self):
+        """How the decoding cache grows with the positions written (a
+        `generation.cache_growth.CacheGrowth`, e.g. `layer_cache_growth`'s),
+        or `None` for a cache that keeps the buffer's size (the default)."""
+        return None
 
     # --- the template -------------------------------------------------------
 

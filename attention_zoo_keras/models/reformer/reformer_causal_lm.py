@@ -116,6 +116,11 @@ class ReformerCausalLM(CausalLM):
             branch.self_attention.initial_cache(batch_size, max_length) for branch in self.backbone.attention_branches
         )
 
+    def _cache_growth(self):
+        """None: the caches keep the buffer's size (LSH attention's hashes
+        and the local chunks are laid out for it)."""
+        return None
+
     def _buffer_length(self, end_positions):
         """Room for the prompt pass too, which is padded to a multiple of the
         chunk lengths."""

@@ -14,6 +14,7 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras import backend_support
+from attention_zoo_keras.generation.cache_growth import layer_cache_growth
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
@@ -259,6 +260,16 @@ class TransformerSeq2SeqLM(GenerativeTask):
             block.self_attention.initial_cache(batch, token_ids.shape[1]) for block in backbone.decoder_layers
         )
         return cache, (key_values, encoder_padding_mask, self.lm_head.output_kernel(self.compute_dtype))
+
+    def _cache_growth(self):
+        """The decoder's self-attention caches, each grown by its mechanism;
+        a step reads the decoder's weights and the output matrix, not the
+        encoder's."""
+        decoder_layers = self.backbone.decoder_layers
+        step_weights = [weight for block in decoder_layers for weight in block.weights]
+        return layer_cache_growth(
+            [block.self_attention for block in decoder_layers], step_weights + self.lm_head.weights
+        )
 
     def _next_token_logits(self, token_column, cache, index, key_values, encoder_padding_mask, output_kernel):
         """The decoding step: logits `(batch, vocabulary)` after the tokens

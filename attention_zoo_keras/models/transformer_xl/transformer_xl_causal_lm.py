@@ -364,6 +364,11 @@ class TransformerXLCausalLM(CausalLM):
         backbone = self.backbone
         return backbone.mem_len if backbone.same_length else backbone.mem_len + 1
 
+    def _cache_growth(self):
+        """None: the cache keeps the buffer's size, which the position keys
+        (`_decoding_constants`) and the attention window are laid out for."""
+        return None
+
     def _decoding_constants(self, buffer_length):
         """Each block's position keys for the distances a query can meet,
         `0 … min(buffer, span, clamp_len + 1) − 1`, projected once."""
