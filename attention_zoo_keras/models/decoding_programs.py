@@ -83,6 +83,13 @@ class DecodingPrograms:
             ),
         )
 
+    def _loop_cache_growth(self):
+        """How the loops grow the cache: the family's `_cache_growth()`, or
+        `None` after `compile(jit_compile=True)`, where each cache size
+        would be one more inductor compilation of the loop's body (seconds
+        to minutes each) and one compilation per shape is what is asked."""
+        return None if self.jit_compile is True else self._cache_growth()
+
     def _forget_compiled_functions(self):
         super()._forget_compiled_functions()
         self.__dict__.pop("_generation_functions", None)
@@ -157,7 +164,7 @@ class DecodingPrograms:
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
-                return decode_in_place(body, state, uniforms, self._cache_growth())
+                return decode_in_place(body, state, uniforms, self._loop_cache_growth())
 
             return run
 
@@ -195,7 +202,7 @@ class DecodingPrograms:
         key = self._sampling_key(request, sampler)
         run_start = self._compiled(("stream start", *key), build_start)
         run_chunk = self._compiled(("stream chunk", *key), build_chunk)
-        growth = self._cache_growth()
+        growth = self._loop_cache_growth()
         token_ids, valid = request.token_ids.copy(), request.prompt_mask.copy()
         yield token_ids, valid
         for rows, buffer_length, prompt_length, inputs in self._sampling_groups(request, sampler, seed):
@@ -227,7 +234,7 @@ class DecodingPrograms:
             def run(inputs, token_ids, end_positions, stop_ids, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
                 state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
-                return beam_search(body, state, options, self._cache_growth())
+                return beam_search(body, state, options, self._loop_cache_growth())
 
             return run
 

@@ -184,3 +184,13 @@ def test_a_stream_grows_its_cache_chunk_by_chunk(monkeypatch):
     monkeypatch.setattr(compiled_decoding, "_grows_decoding_caches", lambda token_ids: False)
     one_size = lm.generate(prompt, max_length=30, stop_token_ids=None)
     assert sum(streamer.puts, []) == one_size["token_ids"][0].tolist()
+
+
+@pytest.mark.skipif(not TORCH, reason="JAX compiles every model (jit_compile is its default); caches grow only on torch")
+def test_jit_compile_keeps_one_cache_size():
+    """Under `compile(jit_compile=True)` each size would be one more inductor
+    compilation of the loop's body on torch."""
+    lm, _, _ = _gpt()
+    assert lm._loop_cache_growth() is not None
+    lm.compile(jit_compile=True)
+    assert lm._loop_cache_growth() is None
