@@ -123,7 +123,7 @@ def decoding_cache_sizes(token_ids, first_position, cache_share):
     and beam search copies every slot to reorder its beams, so a
     buffer-sized cache costs the whole buffer at every step, where the
     written positions are on average half of it. Each size is one more
-    recording of the step on a shape's first call (about a second for a
+    recording of the step on a shape's first call (about 1.5 s for a
     6-layer decoder), so a smaller share is not worth it: Marian-shaped
     beam search (share 1.4) ran 12 % faster, greedy translation (0.11) and
     GPT-2 (0.03 to 0.23) no faster and 2 to 6 s slower to start. The sizes
