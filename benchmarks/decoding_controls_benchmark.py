@@ -17,17 +17,15 @@ benchmarks.decoding_controls_benchmark` (GPT-2 small, batch sizes 1 and 8,
 32 new tokens); `--tiny` for a quick check.
 """
 
-import argparse
-import os
-
 import numpy as np
 
 from benchmarks.contenders import ratio_cells
-from benchmarks.contenders import time_rounds
 from benchmarks.gpt_generation_benchmark import transformers_gpt2
 from benchmarks.streaming_benchmark import GPT2_SMALL
 from benchmarks.streaming_benchmark import TINY
 from benchmarks.streaming_benchmark import build_model
+from benchmarks.streaming_benchmark import parse_generation_args
+from benchmarks.streaming_benchmark import time_generation
 from benchmarks.timing import cpu_line
 from benchmarks.timing import load_line
 from benchmarks.timing import start_backend
@@ -37,17 +35,7 @@ CONTROLS = dict(repetition_penalty=1.2, no_repeat_ngram_size=3, bad_words_ids=[[
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--prompt-len", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per batch size")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each contender first")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the backend (default: all)")
-    parser.add_argument("--tiny", action="store_true", help="a 2-layer, 64-wide model: a smoke test of the script")
-    parser.add_argument("--backend-label", default=None, help="the backend's name in the output (default: Keras')")
-    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
-    return parser.parse_args(argv)
+    return parse_generation_args(argv, __doc__, new_tokens=32)
 
 
 def runners_for(lm, reference, prompts, new_tokens):
@@ -77,14 +65,7 @@ def runners_for(lm, reference, prompts, new_tokens):
 
 
 def run_batch(lm, reference, prompts, args):
-    runners = runners_for(lm, reference, prompts, args.new_tokens)
-    for call in runners.values():
-        for _ in range(args.warmup):
-            call()
-    entries = time_rounds(runners, args.repeats)
-    for entry in entries.values():
-        entry["tokens_per_s"] = len(prompts) * args.new_tokens / entry["median_s"]
-    return entries
+    return time_generation(runners_for(lm, reference, prompts, args.new_tokens), len(prompts), args)
 
 
 def main(argv=None):

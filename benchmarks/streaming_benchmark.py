@@ -37,10 +37,16 @@ TINY = dict(vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, inte
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return parse_generation_args(argv, __doc__, new_tokens=64, prompt_help="prompt bytes (= tokens)")
+
+
+def parse_generation_args(argv, doc, new_tokens, prompt_help=None):
+    """The arguments of a GPT-2 generation benchmark (this one, the
+    decoding controls'), described by the first paragraph of `doc`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--prompt-len", type=int, default=32, help="prompt bytes (= tokens)")
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=32, help=prompt_help)
+    parser.add_argument("--new-tokens", type=int, default=new_tokens)
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per batch size")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each contender first")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the backend (default: all)")
@@ -107,14 +113,22 @@ def run_batch(lm, texts, args):
     if joined != whole:
         raise SystemExit("the streamed pieces do not join to generate's output")
     runners = {"whole": lambda: lm.generate(texts, **arguments), "streamed": streamed}
-    for name, call in runners.items():
+    entries = time_generation(runners, len(texts), args, before_rounds=first_piece_s.clear)
+    entries["streamed"]["first_piece_median_s"] = sorted(first_piece_s)[len(first_piece_s) // 2]
+    return entries
+
+
+def time_generation(runners, batch_size, args, before_rounds=lambda: None):
+    """Calls each runner `args.warmup` times, then `before_rounds()`, then
+    times them in `args.repeats` rounds (`time_rounds`); each entry also
+    gets the new tokens per second of its median."""
+    for call in runners.values():
         for _ in range(args.warmup):
             call()
-    first_piece_s.clear()
+    before_rounds()
     entries = time_rounds(runners, args.repeats)
     for entry in entries.values():
-        entry["tokens_per_s"] = len(texts) * args.new_tokens / entry["median_s"]
-    entries["streamed"]["first_piece_median_s"] = sorted(first_piece_s)[len(first_piece_s) // 2]
+        entry["tokens_per_s"] = batch_size * args.new_tokens / entry["median_s"]
     return entries
 
 

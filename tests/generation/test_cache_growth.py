@@ -13,6 +13,7 @@ from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.backend_support import compiled_decoding
 from attention_zoo_keras.backend_support import decoding_cache_sizes
 from attention_zoo_keras.generation import cache_growth
+from tests.support.streamers import RecordingStreamer
 from tests.support.tiny_models import tiny_gpt
 
 TORCH = keras.backend.backend() == "torch"
@@ -159,23 +160,12 @@ def test_a_growing_cache_gives_the_tokens_and_scores_of_one_size(monkeypatch, ta
     assert grown["token_ids"].shape[1] == 30
 
 
-class _Streamer:
-    def __init__(self):
-        self.puts = []
-
-    def put(self, value):
-        self.puts.append(value[0].tolist())
-
-    def end(self):
-        pass
-
-
 @pytest.mark.skipif(not TORCH_ON_CPU, reason="the cache grows only under torch on a CPU; elsewhere it keeps one size")
 def test_a_stream_grows_its_cache_chunk_by_chunk(monkeypatch):
     lm, _, _ = _gpt()
     prompt = {"token_ids": np.array([[5, 6, 7]], "int32"), "padding_mask": np.ones((1, 3), "int32")}
     sizes = _grow_from_4_recording_sizes(monkeypatch)
-    streamer = _Streamer()
+    streamer = RecordingStreamer()
     lm.generate(prompt, max_length=30, stop_token_ids=None, streamer=streamer)
     # Chunks end at 4, 6, 10, 18 and 32, the buffer's end (`chunk_ends`); each
     # runs with the smallest size that holds the positions it feeds.

@@ -12,6 +12,7 @@ import attention_zoo_keras as azk
 from attention_zoo_keras.generation.streaming import IncrementalText
 from attention_zoo_keras.generation.streaming import chunk_ends
 from attention_zoo_keras.models.reformer import ReformerByteTokenizer
+from tests.support.streamers import RecordingStreamer
 
 TEXTS = ["naïve café 東京", "ab"]
 
@@ -138,21 +139,9 @@ def test_chunks_grow_to_the_largest_and_end_at_the_buffer():
     assert max(b - a for a, b in zip(ends, ends[1:])) == 16
 
 
-class _Streamer:
-    def __init__(self):
-        self.puts, self.ended = [], False
-
-    def put(self, value):
-        assert value.ndim == 2 and value.shape[0] == 1
-        self.puts.append(value[0].tolist())
-
-    def end(self):
-        self.ended = True
-
-
 def test_a_streamer_gets_the_prompt_then_the_new_tokens(lm):
     prompt = lm.preprocessor.tokenizer.encode([TEXTS[0]])[0]
-    streamer = _Streamer()
+    streamer = RecordingStreamer()
     output = lm.generate({"token_ids": np.array([prompt]), "padding_mask": np.ones((1, len(prompt)), "int32")},
                          max_new_tokens=10, stop_token_ids=None, streamer=streamer)
     assert streamer.ended and streamer.puts[0] == prompt and len(streamer.puts) > 2
@@ -194,9 +183,9 @@ def test_streaming_errors_name_the_problem(lm):
     with pytest.raises(TypeError, match="put.*end"):
         lm.generate(TEXTS[0], max_new_tokens=2, streamer=object())
     with pytest.raises(ValueError, match="one prompt"):
-        lm.generate(TEXTS, max_new_tokens=2, streamer=_Streamer())
+        lm.generate(TEXTS, max_new_tokens=2, streamer=RecordingStreamer())
     with pytest.raises(ValueError, match="not both"):
-        lm.generate(TEXTS[0], max_new_tokens=2, streamer=_Streamer(), stream=True)
+        lm.generate(TEXTS[0], max_new_tokens=2, streamer=RecordingStreamer(), stream=True)
     prompts = {"token_ids": np.array([[5, 6]]), "padding_mask": np.ones((1, 2), "int32")}
     with pytest.raises(ValueError, match="streams text"):
         lm.generate(prompts, max_new_tokens=2, stream=True)
