@@ -7,6 +7,7 @@ import keras
 
 from attention_zoo_keras.backend_support.environment import backend_name
 from attention_zoo_keras.backend_support.environment import is_concrete
+from attention_zoo_keras.backend_support.environment import jax_compiles_for_gpu
 
 
 def write_rows(buffer, start, update):
@@ -61,9 +62,9 @@ def reorder_rows(buffer, rows):
     return keras.ops.take(buffer, rows, axis=0)
 
 
-# How many steps a torch decoding loop on CUDA runs between two tests of its
+# How many steps a decoding loop on a GPU runs between two tests of its
 # condition (see `decoding_while_loop`).
-_STEPS_BETWEEN_TESTS_ON_CUDA = 8
+_STEPS_BETWEEN_TESTS_ON_GPU = 8
 
 
 def decoding_while_loop(keep_going, body, loop_vars, max_steps):
@@ -73,17 +74,27 @@ def decoding_while_loop(keep_going, body, loop_vars, max_steps):
     sampling loop whose rows are all done writes pad ids where pad ids
     already are).
 
-    Under torch on CUDA the condition is tested every 8 steps, not at every
-    step: a test reads a device value into Python, so the host waits for
-    the GPU to finish every queued step and the GPU then idles while the
-    host prepares the next one. Between tests the host queues steps ahead
-    of the GPU; at most 7 run past the end. Elsewhere (JAX and TensorFlow
-    compile the loop; on a CPU nothing runs ahead) this is
+    On a GPU the condition is tested every 8 steps, not at every step:
+    each test brings a device value to the host, so the host waits for the
+    GPU to finish every queued step and the GPU then idles while the host
+    launches the next one.
+
+    * torch on CUDA: the Python loop runs 8 bodies between two reads of
+      `keep_going`; the host queues steps ahead of the GPU.
+    * JAX on a GPU: the compiled loop's iteration is 8 steps, a loop with
+      a fixed trip count, which XLA runs without reading its condition
+      back; the last fewer than 8 steps before `max_steps` run one
+      iteration each, so no step runs past `max_steps`.
+
+    At most 7 steps run after `keep_going` turned false. Elsewhere (on a
+    CPU nothing runs ahead; TensorFlow on a GPU was not measured) this is
     `keras.ops.while_loop`.
     """
     steps_between_tests = _steps_between_tests(loop_vars)
     if steps_between_tests == 1:
         return keras.ops.while_loop(keep_going, body, loop_vars)
+    if backend_name() == "jax":
+        return _while_loop_in_blocks(keep_going, body, tuple(loop_vars), max_steps, steps_between_tests)
     loop_vars = tuple(keras.tree.map_structure(keras.ops.convert_to_tensor, tuple(loop_vars)))
     steps_left = int(keras.ops.convert_to_numpy(max_steps))
     while steps_left > 0 and bool(keep_going(*loop_vars)):
@@ -93,12 +104,36 @@ def decoding_while_loop(keep_going, body, loop_vars, max_steps):
     return loop_vars
 
 
+def _while_loop_in_blocks(keep_going, body, loop_vars, max_steps, block):
+    """The compiled form of `decoding_while_loop`: while `keep_going` and
+    `block` more steps fit in `max_steps`, run `block` steps (a fixed-count
+    inner loop); then single steps up to `max_steps`, testing each."""
+
+    def run_block(steps, loop_vars):
+        loop_vars = keras.ops.fori_loop(0, block, lambda _, loop_vars: tuple(body(*loop_vars)), loop_vars)
+        return steps + block, loop_vars
+
+    def block_fits(steps, loop_vars):
+        return keras.ops.logical_and(keras.ops.less_equal(steps + block, max_steps), keep_going(*loop_vars))
+
+    def run_step(steps, loop_vars):
+        return steps + 1, tuple(body(*loop_vars))
+
+    def step_fits(steps, loop_vars):
+        return keras.ops.logical_and(keras.ops.less(steps, max_steps), keep_going(*loop_vars))
+
+    counted = (keras.ops.zeros((), "int32"), loop_vars)
+    counted = keras.ops.while_loop(block_fits, run_block, counted)
+    return keras.ops.while_loop(step_fits, run_step, counted)[1]
+
+
 def _steps_between_tests(loop_vars):
-    """`_STEPS_BETWEEN_TESTS_ON_CUDA` for a torch loop on CUDA, else 1."""
+    """`_STEPS_BETWEEN_TESTS_ON_GPU` for a torch loop on CUDA or a JAX loop
+    compiled for a GPU, else 1."""
     if backend_name() != "torch":
-        return 1
+        return _STEPS_BETWEEN_TESTS_ON_GPU if jax_compiles_for_gpu() else 1
     first = keras.ops.convert_to_tensor(keras.tree.flatten(loop_vars)[0])
-    return _STEPS_BETWEEN_TESTS_ON_CUDA if first.is_cuda else 1
+    return _STEPS_BETWEEN_TESTS_ON_GPU if first.is_cuda else 1
 
 
 # The smallest size a decoding cache grows from on a CPU under torch (see

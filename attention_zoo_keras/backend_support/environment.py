@@ -11,6 +11,16 @@ def backend_name():
     return keras.backend.backend()
 
 
+def jax_compiles_for_gpu():
+    """Whether JAX is the backend and compiles for a GPU (its default
+    device)."""
+    if backend_name() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
 def is_concrete(value):
     """Whether `value` holds real numbers now (not a symbolic or traced tensor).
 

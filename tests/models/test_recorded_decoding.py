@@ -19,6 +19,7 @@ from attention_zoo_keras.backend_support import cuda_graphs
 from attention_zoo_keras.backend_support import recorded_steps
 from attention_zoo_keras.generation import beam_search
 from tests.support.devices import needs_cuda
+from tests.support.streamers import RecordingStreamer
 from tests.support.tiny_models import tiny_gpt
 
 TORCH = keras.backend.backend() == "torch"
@@ -121,28 +122,57 @@ def test_a_body_that_branches_on_shapes_only_is_recorded():
     assert len(compiled.signatures) == 1
 
 
-@pytest.mark.skipif(not TORCH, reason="JAX and TensorFlow test the condition inside the compiled loop")
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+                    reason="TensorFlow's compiled loop tests its condition at every step, on every device")
 @pytest.mark.parametrize("sampler", ["greedy", "top_k"])
 def test_testing_the_stop_condition_every_few_steps_gives_the_same_tokens(monkeypatch, sampler):
-    """On CUDA the loop tests whether every row is done only every few
-    steps and runs on past the end; here, on a CPU, it is made to."""
-    lm = _tiny_lm()
-    options = dict(max_length=24, sampler=sampler, seed=3)
-    unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)["token_ids"]
-    stop_id = int(unstopped[0, 14])  # row 0 stops at its first one; row 1 at its own, or at the end
-    expected = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
-    assert expected["padding_mask"][0].sum() <= 15  # row 0 did stop early
-    tests = []
+    """On a GPU the loop tests whether every row is done only every few
+    steps (torch: a Python loop running on past the end; JAX: a compiled
+    loop of fixed-count blocks, then single steps up to the buffer's end);
+    here, on a CPU, it is made to. Lengths 24 and 25 leave different
+    remainders of single steps."""
+    stop_id = None
+    for max_length in (24, 25):
+        lm = _tiny_lm()
+        options = dict(max_length=max_length, sampler=sampler, seed=3)
+        if stop_id is None:
+            unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)["token_ids"]
+            stop_id = int(unstopped[0, 14])  # row 0 stops at its first one; row 1 at its own, or at the end
+        expected = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
+        assert expected["padding_mask"][0].sum() <= 15  # row 0 did stop early
+        unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)
+        tests = []
 
-    def every_third_step(loop_vars):
-        tests.append(loop_vars)
-        return 3
+        def every_third_step(loop_vars):
+            tests.append(loop_vars)
+            return 3
 
-    monkeypatch.setattr(compiled_decoding, "_steps_between_tests", every_third_step)
-    chunked = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
-    assert tests  # the chunked loop ran
-    np.testing.assert_array_equal(chunked["token_ids"], expected["token_ids"])
-    np.testing.assert_array_equal(chunked["padding_mask"], expected["padding_mask"])
+        with monkeypatch.context() as patches:
+            patches.setattr(compiled_decoding, "_steps_between_tests", every_third_step)
+            lm = _tiny_lm()  # (a new model: JAX compiles the loop again)
+            chunked = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
+            chunked_unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)
+        assert tests  # the chunked loop ran
+        for name in ("token_ids", "padding_mask"):
+            np.testing.assert_array_equal(chunked[name], expected[name])
+            np.testing.assert_array_equal(chunked_unstopped[name], unstopped[name])
+
+
+@pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+                    reason="TensorFlow's compiled loop tests its condition at every step, on every device")
+def test_a_stream_testing_its_condition_every_few_steps_gives_the_same_chunks(monkeypatch):
+    """A stream's chunks end at positions the loop must not run past (each
+    chunk is a loop up to its end): tested every 3 steps, the chunks are
+    those of a loop tested at every step."""
+    prompt = {name: value[:1, :4] for name, value in PROMPTS.items()}
+    expected = RecordingStreamer()
+    _tiny_lm().generate(prompt, max_length=30, stop_token_ids=None, streamer=expected)
+    chunked = RecordingStreamer()
+    with monkeypatch.context() as patches:
+        patches.setattr(compiled_decoding, "_steps_between_tests", lambda loop_vars: 3)
+        _tiny_lm().generate(prompt, max_length=30, stop_token_ids=None, streamer=chunked)
+    assert len(expected.puts) > 3 and chunked.ended
+    assert chunked.puts == expected.puts
 
 
 @needs_cuda
