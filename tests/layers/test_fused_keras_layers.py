@@ -90,3 +90,49 @@ def test_torch_runs_the_fused_kernels(monkeypatch):
     dense, norm = _pair(Dense(4), keras.layers.Dense(4))[0], LayerNormalization()
     norm(dense(INPUTS))
     assert called == ["linear", "layer_norm"]
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the two-row product is JAX's on a GPU")
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-6), ("mixed_bfloat16", 3e-2)])
+def test_a_single_row_computed_as_two_on_a_jax_gpu_is_keras_dense(monkeypatch, dtype, tolerance):
+    """Under JAX on a GPU one row is projected as two (XLA would make a
+    slow multiply-and-reduce of a vector-by-matrix product); made to here,
+    on a CPU. Every other shape is left to Keras."""
+    import jax
+
+    from attention_zoo_keras.backend_support import dense_kernels
+
+    monkeypatch.setattr(dense_kernels, "jax_compiles_for_gpu", lambda: True)
+    products = []
+    matmul = keras.ops.matmul
+    monkeypatch.setattr(keras.ops, "matmul", lambda a, b: products.append(tuple(a.shape)) or matmul(a, b))
+    ours, theirs = _pair(Dense(4, activation="gelu", dtype=dtype), keras.layers.Dense(4, activation="gelu", dtype=dtype))
+    for inputs in (INPUTS[:1, :1], INPUTS[0, :1], INPUTS[:1]):
+        expected = _numpy(theirs(inputs))
+        products.clear()
+        got = ours(inputs)
+        np.testing.assert_allclose(_numpy(got), expected, atol=tolerance, rtol=tolerance)
+        assert got.shape == expected.shape and got.dtype == theirs(inputs).dtype
+        assert products == ([(2, 8)] if inputs.shape[:-1] in ((1, 1), (1,)) else [])  # (Keras' own matmul unseen)
+    compiled = jax.jit(lambda x: ours(x))  # shapes are static when traced too
+    np.testing.assert_allclose(_numpy(compiled(INPUTS[:1, :1])), _numpy(theirs(INPUTS[:1, :1])), atol=tolerance)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the two-row product is JAX's on a GPU")
+def test_batch_of_one_generation_with_two_row_products_gives_the_same_tokens(monkeypatch):
+    import attention_zoo_keras as azk
+    from attention_zoo_keras.backend_support import dense_kernels
+    from tests.support.tiny_models import tiny_gpt
+
+    prompt = {"token_ids": np.array([[5, 6, 7, 8]], "int32"), "padding_mask": np.ones((1, 4), bool)}
+
+    def generated():
+        keras.utils.set_random_seed(0)
+        lm = azk.models.GPTCausalLM(tiny_gpt(vocabulary_size=97, max_sequence_length=32), preprocessor=None)
+        return lm.generate(prompt, max_length=20, stop_token_ids=None, return_scores=True)
+
+    expected = generated()
+    monkeypatch.setattr(dense_kernels, "jax_compiles_for_gpu", lambda: True)
+    got = generated()
+    np.testing.assert_array_equal(got["token_ids"], expected["token_ids"])
+    np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-5)
