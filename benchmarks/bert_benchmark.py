@@ -16,6 +16,10 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
 * ``ours_eager`` (torch only): the same model called eagerly,
   ``model(inputs, training=False)``, as in a notebook, and trained with
   ``compile(run_eagerly=True)`` (Keras' eager torch step, no recording).
+* ``ours_xla_attention`` (JAX only): ours with ``flash_attention=False``
+  given to every ``keras.ops.dot_product_attention`` it traces, so that on
+  a GPU XLA's own fusions compute attention instead of cuDNN's fused
+  kernel: which kernel pays at which length.
 * ``keras_hub``: ``keras_hub.models.BertBackbone``.
 * ``transformers`` (torch backend only): ``transformers.BertModel`` with
   ``attn_implementation="sdpa"``.
@@ -46,12 +50,14 @@ transformers with ``float``). Inference outputs (``--outputs``):
   On a GPU this copy and conversion of the ``(batch, seq_len, hidden)``
   output (for bfloat16, through float32 on the host) can take longer than
   the forward pass itself.
-* ``device`` (torch only): the outputs stay on the device for everyone. The
-  Keras models run the step that ``predict_on_batch`` runs,
-  ``model.predict_function([(inputs,)])`` (made by
-  ``make_predict_function()``: on torch, ours' recorded replay), without
-  its conversion to numpy and without our input checks; transformers
-  returns its output tensors. The outputs are checked after the timing.
+* ``device`` (torch and JAX): the outputs stay on the device for everyone.
+  The Keras models run the step that ``predict_on_batch`` runs,
+  ``model.predict_function`` (made by ``make_predict_function()``: on
+  torch, ours' recorded replay; on JAX, the ``jax.jit``-compiled step, fed
+  and returning the weights' state as ``predict_on_batch`` does, and waited
+  for with ``jax.block_until_ready``), without its conversion to numpy and
+  without our input checks; transformers returns its output tensors. The
+  outputs are checked after the timing.
 
 Our ``predict_on_batch`` and ``train_on_batch`` check the ids on the host
 (``validate_inputs``): on CUDA a copy of the ids back from the device, part
@@ -145,8 +151,10 @@ BERT_BASE = dict(
 SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_dim=512)
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
-CONTENDERS = ("ours", "ours_eager", "keras_hub", "transformers", "transformers_compiled")
+CONTENDERS = ("ours", "ours_eager", "ours_xla_attention", "keras_hub", "transformers", "transformers_compiled")
 TORCH_ONLY = ("ours_eager", "transformers", "transformers_compiled")
+JAX_ONLY = ("ours_xla_attention",)
+DEFAULT_CONTENDERS = tuple(name for name in CONTENDERS if name not in JAX_ONLY)
 LEARNING_RATE = 1e-5
 
 
@@ -176,17 +184,18 @@ def parse_args(argv=None):
     parser.add_argument(
         "--outputs", default="numpy", choices=["numpy", "device"],
         help="inference outputs: numpy on the host for every contender (predict_on_batch), or left on the "
-        "device (torch only: Keras' predict_function, the step of predict_on_batch)",
+        "device (torch and JAX: Keras' predict_function, the step of predict_on_batch)",
     )
     parser.add_argument(
         "--jit-compile", default="auto", choices=["auto", "true", "false"],
         help="`jit_compile` given to compile() of both Keras models",
     )
     parser.add_argument(
-        "--contenders", default=",".join(CONTENDERS),
+        "--contenders", default=",".join(DEFAULT_CONTENDERS),
         help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
-        "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only)",
+        "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only; "
+        "ours_xla_attention, JAX only, not run unless named: see the module docstring)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
@@ -313,8 +322,25 @@ def keras_step(model, mode, inputs, targets, jit_compile, optimizer, outputs, ru
     if outputs == "device":
         model.make_predict_function()
         path = f"predict_function (predict_on_batch's step), outputs on the device ({flags})"
+        if keras.backend.backend() == "jax":
+            return jax_predict_step(model, inputs), path
         return (lambda: model.predict_function([(inputs,)])), path
     return (lambda: model.predict_on_batch(inputs)), f"predict_on_batch ({flags})"
+
+
+def jax_predict_step(model, inputs):
+    """Keras' JAX `predict_function` as `predict_on_batch` calls it, the
+    weights' state passed in and carried from call to call (the step
+    donates it), its outputs left on the device once it has finished."""
+    import jax
+
+    state = [([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])]
+
+    def infer():
+        outputs, state[0] = model.predict_function(state[0], iter([(inputs,)]))
+        return jax.block_until_ready(outputs)
+
+    return infer
 
 
 def ours_eager_step(model, inputs, outputs):
@@ -476,7 +502,28 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
         eager = name == "ours_eager"
         jit_compile = "false" if eager else args.jit_compile
         step, path = keras_step(model, mode, inputs, targets, jit_compile, optimizer, args.outputs, run_eagerly=eager)
+    if name == "ours_xla_attention":
+        step, path = with_xla_attention(step), path + ", attention by XLA (flash_attention=False)"
     return step, path, model.count_params(), optimizer_name if mode == "training" else None
+
+
+def with_xla_attention(step):
+    """`step` with every `keras.ops.dot_product_attention` it calls (and so
+    traces) given `flash_attention=False`: on a JAX GPU, XLA's own fusions
+    instead of cuDNN's fused kernel."""
+    import functools
+
+    import keras
+
+    def call():
+        fused = keras.ops.dot_product_attention
+        keras.ops.dot_product_attention = functools.partial(fused, flash_attention=False)
+        try:
+            return step()
+        finally:
+            keras.ops.dot_product_attention = fused
+
+    return call
 
 
 def main(argv=None):
@@ -485,13 +532,15 @@ def main(argv=None):
 
     import keras
 
-    if backend != "torch" and args.outputs != "numpy":
-        raise SystemExit(f"--outputs {args.outputs} is for the torch backend")
+    if backend == "tensorflow" and args.outputs != "numpy":
+        raise SystemExit(f"--outputs {args.outputs} is for the torch and JAX backends")
     label = args.backend_label or backend
     contenders = select_contenders(args.contenders, CONTENDERS)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if backend != "torch":
         contenders = [name for name in contenders if name not in TORCH_ONLY]
+    if backend != "jax":
+        contenders = [name for name in contenders if name not in JAX_ONLY]
     synchronize = device_synchronizer(backend, device)
 
     config = TINY if args.tiny else SMALL if args.small else BERT_BASE

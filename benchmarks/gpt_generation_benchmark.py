@@ -23,6 +23,14 @@ intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
 * ``ours_compiled``: the same after ``lm.compile(jit_compile=True)``: on
   torch the decoding step is recorded with ``make_fx`` and compiled by
   inductor (on CUDA then captured as a CUDA graph, as ``ours`` is).
+* ``ours_tested_every_step`` and ``ours_one_row_products`` (not run unless
+  named in ``--contenders``): ``ours`` without one of its GPU optimisations
+  (``OURS_WITHOUT``), each measured against ``ours`` in one process: the
+  decoding loop testing its stop condition at every step
+  (``backend_support.compiled_decoding``; on a GPU it tests every 8 steps),
+  and, under JAX, a single row's projections left to XLA
+  (``backend_support.dense_kernels``; on a GPU one row is multiplied as
+  two).
 * ``keras_hub``: ``keras_hub.models.GPT2CausalLM(GPT2Backbone(...),
   preprocessor=None)``, compiled with ``sampler="greedy"``, called as
   ``model.generate({"token_ids": ids, "padding_mask": mask},
@@ -124,7 +132,9 @@ GPT2_SMALL = dict(
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 TINY_NEW_TOKENS = 8
-CONTENDERS = ("ours", "ours_compiled", "keras_hub", "transformers", "transformers_static")
+CONTENDERS = ("ours", "ours_compiled", "ours_tested_every_step", "ours_one_row_products", "keras_hub", "transformers",
+              "transformers_static")
+DEFAULT_CONTENDERS = ("ours", "ours_compiled", "keras_hub", "transformers", "transformers_static")
 # A generated token passes the greedy check if its logit is within this of the
 # row's largest (relative to the largest's magnitude, floored at 1).
 GREEDY_TOLERANCE = 1e-3
@@ -171,7 +181,7 @@ def parse_args(argv=None):
         "its loop with XLA on TensorFlow.",
     )
     parser.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help="comma-separated subset of " + ",".join(CONTENDERS)
+        "--contenders", default=",".join(DEFAULT_CONTENDERS), help="comma-separated subset of " + ",".join(CONTENDERS)
     )
     parser.add_argument("--no-greedy-check", action="store_true", help="skip the full-forward greedy check")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the prompts")
@@ -291,6 +301,40 @@ def build_ours(config, new_tokens, dtype, jit_compile=False):
     if jit_compile:
         path += ", after compile(jit_compile=True) (torch: the decoding step compiled by inductor)"
     return lm, prepare, generate, logits, path
+
+
+# Variants of ours that undo one optimisation, each measured against ours in
+# the same process: contender -> (module of the library, its setting, the
+# value that undoes it, what the path says).
+OURS_WITHOUT = {
+    "ours_tested_every_step": (
+        "attention_zoo_keras.backend_support.compiled_decoding", "_STEPS_BETWEEN_TESTS_ON_GPU", 1,
+        "the stop condition tested at every step",
+    ),
+    "ours_one_row_products": (
+        "attention_zoo_keras.backend_support.dense_kernels", "_SINGLE_ROWS_AS_TWO_ON_GPU", False,
+        "a single row's projections left to XLA as vector-by-matrix products",
+    ),
+}
+
+
+def without_optimisation(name, generate):
+    """`generate` with the setting `OURS_WITHOUT[name]` names changed during
+    each call (and so in what the call traces)."""
+    import importlib
+
+    module_name, setting, value, _ = OURS_WITHOUT[name]
+    module = importlib.import_module(module_name)
+
+    def call(inputs):
+        kept = getattr(module, setting)
+        setattr(module, setting, value)
+        try:
+            return generate(inputs)
+        finally:
+            setattr(module, setting, kept)
+
+    return call
 
 
 def build_keras_hub(config, new_tokens, jit_compile, dtype):
@@ -490,6 +534,9 @@ def main(argv=None):
                 params = model.count_params()
             else:
                 model, *runner, path = build_ours(config, new_tokens, args.dtype, name == "ours_compiled")
+                if name in OURS_WITHOUT:
+                    runner[1] = without_optimisation(name, runner[1])
+                    path += ", " + OURS_WITHOUT[name][3]
                 params = model.count_params()
             synchronize()
             results[name].update(build_s=time.perf_counter() - start, path=path, params=int(params))

@@ -7,6 +7,7 @@
 #   bash benchmarks/run.sh setup                   # creates .venv-bench (a first run does it too)
 #   bash benchmarks/run.sh NAME [flags for benchmarks/NAME_benchmark.py]
 #   bash benchmarks/run.sh torch_gpu               # issue 20's torch GPU measurements (below)
+#   bash benchmarks/run.sh jax_gpu                 # issue 22's JAX GPU measurements (below)
 #
 # NAME                 backends (BACKENDS)      also
 # bert                 jax tensorflow torch
@@ -54,6 +55,21 @@
 # compiled); bert_train / bert_jit_train (the train step at 128);
 # profile_bert (the kernels of one eager forward at 512), profile_bert_jit
 # (of one compiled forward at 128).
+#
+# jax_gpu (issue 22's GPU measurements, on a machine with a CUDA GPU and jax,
+# and (carried) keras, keras-hub, kagglehub): parts (PARTS, default all):
+# gpt (GPT-2 small greedy, batch 1, 8 and 32: GPT_CONTENDERS, default ours,
+# ours with a single row's projections left to XLA, KerasHub);
+# gpt_command_buffers (ours with XLA's command buffers for while loops and
+# conditionals, XLA_FLAGS); bert_128 (BERT-base forward and mixed-precision
+# train step at 128, batch 32: ours, ours with XLA's attention instead of
+# cuDNN's, KerasHub); bert_512 (the forward at 512); bert_forward (the
+# forward at 128 and 512); profile (`profile_jax_gpu.py`: kernels of one
+# GPT-2 generate at batch 1, ours with and without two-row projections, and
+# of one BERT forward at 128, ours and KerasHub, whose optimized HLO it
+# writes to $RESULTS).
+# DTYPE as for torch_gpu. Logs (appended to $RESULTS/jax_gpu.log, or LOG)
+# and JSON go to $RESULTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv-bench}"
@@ -132,6 +148,38 @@ torch_gpu() {
     done
 }
 
+# Issue 22's parts (see the header); $PYTHON, $RESULTS, $LOG set.
+jax_gpu() {
+    local dtype="${DTYPE:-bfloat16}"
+    local parts="${PARTS:-gpt gpt_command_buffers bert_128 bert_512 profile}"
+    export KERAS_BACKEND=jax
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
+    local gpt=("$PYTHON" -m benchmarks.gpt_generation_benchmark --dtype "$dtype" --prompt-len 32 --new-tokens 128
+               --warmup 2 --repeats 5)
+    local bert=("$PYTHON" -m benchmarks.bert_benchmark --batch-size 32 --outputs device --warmup 3 --repeats 20
+                --dtype "$dtype" --contenders ours,ours_xla_attention,keras_hub)
+    local command_buffers="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+
+    for part in $parts; do
+        echo "## part $part ($dtype), $(date -u +%T)"
+        case $part in
+            gpt) timeout 170 "${gpt[@]}" --batch-sizes 1 8 32 --contenders "${GPT_CONTENDERS:-ours,ours_one_row_products,keras_hub}" \
+                --json "$RESULTS/jax_gpt_$dtype.json" ;;
+            gpt_command_buffers) XLA_FLAGS="--xla_gpu_enable_command_buffer=$command_buffers" timeout 80 \
+                "${gpt[@]}" --batch-sizes 1 32 --contenders ours --json "$RESULTS/jax_gpt_${dtype}_command_buffers.json" ;;
+            bert_128) timeout 150 "${bert[@]}" --seq-len 128 --modes inference,training \
+                --json "$RESULTS/jax_bert_${dtype}_128.json" ;;
+            bert_512) timeout 90 "${bert[@]}" --seq-len 512 --modes inference --json "$RESULTS/jax_bert_${dtype}_512.json" ;;
+            bert_forward) for length in 128 512; do
+                    timeout 70 "${bert[@]}" --seq-len $length --modes inference --json "$RESULTS/jax_bert_${dtype}_$length.json"
+                done ;;
+            profile) timeout 120 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --batch-sizes 1 \
+                --gpt-contenders ours,ours_one_row_products --seq-lens 128 --dump-hlo "$RESULTS" ;;
+            *) echo "unknown part: $part" ;;
+        esac 2>&1 | grep --line-buffered -v '^USDT:' | tee -a "$LOG"
+    done
+}
+
 NAME="${1:-}"
 [ -n "$NAME" ] || usage
 shift
@@ -150,13 +198,13 @@ case "$NAME" in
         nice=(nice -n "${NICE:-10}")
         ;;
     gpu_attention) default_backends="torch jax"; backend_label=no ;;
-    torch_gpu) ;;
+    torch_gpu|jax_gpu) ;;
     *) echo "unknown benchmark: $NAME" >&2; usage ;;
 esac
 
 if [ -z "${PYTHON:-}" ]; then
     case "$NAME" in
-        torch_gpu) PYTHON=python3 ;;
+        torch_gpu|jax_gpu) PYTHON=python3 ;;
         gpu_attention) if [ -x "$VENV/bin/python" ]; then PYTHON="$VENV/bin/python"; else PYTHON=python3; fi ;;
         *)
             if [ ! -x "$VENV/bin/python" ]; then
@@ -172,9 +220,9 @@ mkdir -p "$RESULTS"
 # without an install (on a GPU machine that carries its packages).
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 
-if [ "$NAME" = torch_gpu ]; then
-    LOG="${LOG:-$RESULTS/torch_gpu.log}"
-    torch_gpu
+if [ "$NAME" = torch_gpu ] || [ "$NAME" = jax_gpu ]; then
+    LOG="${LOG:-$RESULTS/$NAME.log}"
+    "$NAME"
     exit 0
 fi
 

@@ -1,0 +1,196 @@
+"""Where a JAX program's time goes on a GPU (issue 22): for GPT-2 small's
+greedy `generate` and a BERT-base forward, ours against KerasHub's, one
+call's wall time against the GPU's kernel time, the kernels it runs and
+the largest of them, read from the JAX profiler's trace
+(`jax.profiler.trace(..., create_perfetto_trace=True)`: the kernels are the
+complete events on the GPU's stream lines). Kernel time far below wall time
+means the GPU idles between kernels (launches, host syncs); kernel time
+close to it means fewer or faster kernels are what would help. Same models,
+inputs and calls as `gpt_generation_benchmark.py` and `bert_benchmark.py`
+(BERT: a `jax.jit` of the model's stateless call, what `predict_on_batch`'s
+step computes, outputs left on the device; `--dump-hlo` writes the program
+it runs, after XLA's optimizations, in which the kernels are named).
+
+    KERAS_BACKEND=jax python -m benchmarks.profile_jax_gpu --parts gpt,bert --dtype bfloat16
+"""
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import sys
+import tempfile
+import time
+
+from benchmarks.bert_benchmark import BERT_BASE
+from benchmarks.bert_benchmark import TINY as BERT_TINY
+from benchmarks.bert_benchmark import make_inputs
+from benchmarks.gpt_generation_benchmark import GPT2_SMALL
+from benchmarks.gpt_generation_benchmark import TINY as GPT_TINY
+from benchmarks.gpt_generation_benchmark import build_keras_hub
+from benchmarks.gpt_generation_benchmark import build_ours
+from benchmarks.gpt_generation_benchmark import make_prompts
+from benchmarks.gpt_generation_benchmark import OURS_WITHOUT
+from benchmarks.gpt_generation_benchmark import without_optimisation
+
+
+def gpu_kernels(trace):
+    """`(name, duration µs)` of every kernel in a perfetto trace (the JSON
+    of the Chrome trace format): complete events on the lines named
+    "Stream …" of processes named "/device:GPU:…"."""
+    process_names, thread_names = {}, {}
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "M" and event.get("name") == "process_name":
+            process_names[event["pid"]] = event["args"]["name"]
+        elif event.get("ph") == "M" and event.get("name") == "thread_name":
+            thread_names[event["pid"], event["tid"]] = event["args"]["name"]
+    gpus = {pid for pid, name in process_names.items() if "GPU" in name}
+    kernels = [
+        (event["name"], float(event.get("dur", 0.0)))
+        for event in trace["traceEvents"]
+        if event.get("ph") == "X" and event.get("pid") in gpus
+        and thread_names.get((event["pid"], event.get("tid")), "").startswith("Stream")
+    ]
+    if not kernels:  # say what the trace holds instead
+        lines = sorted({name for (pid, _), name in thread_names.items() if pid in gpus})
+        print(f"(no kernels found: processes {sorted(process_names.values())}; GPU lines {lines})")
+    return kernels
+
+
+def profile_call(call, steps, rows):
+    """One profiled call of `call` (which waits for its results): its
+    numbers per step (µs, kernels) and the top kernels by time."""
+    import jax
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+            start = time.perf_counter()
+            call()
+            wall = time.perf_counter() - start
+        (path,) = glob.glob(f"{log_dir}/**/perfetto_trace.json.gz", recursive=True)
+        with gzip.open(path) as file:
+            kernels = gpu_kernels(json.load(file))
+    totals, counts = collections.Counter(), collections.Counter()
+    for name, duration in kernels:
+        totals[name] += duration
+        counts[name] += 1
+    numbers = {
+        "wall_us": wall * 1e6 / steps,
+        "kernel_us": sum(totals.values()) / steps,
+        "kernels": len(kernels) / steps,
+    }
+    return numbers, [(totals[name] / steps, counts[name] / steps, name[:100]) for name, _ in totals.most_common(rows)]
+
+
+def report(title, numbers, top):
+    busy = numbers["kernel_us"] / numbers["wall_us"] if numbers["wall_us"] else 0.0
+    print(
+        f"\n## {title}: wall {numbers['wall_us']:.0f} µs | kernels {numbers['kernel_us']:.0f} µs ({busy:.0%} busy)"
+        f" | {numbers['kernels']:.0f} kernels"
+    )
+    for device_us, count, kernel in top:
+        print(f"{device_us:9.1f} µs {count:6.1f}x  {kernel}")
+    sys.stdout.flush()
+
+
+def profile_gpt(args):
+    import jax
+    import keras
+
+    config = GPT_TINY if args.tiny else GPT2_SMALL
+    print(f"\n# GPT greedy generate, prompt {args.prompt_len} + {args.new_tokens}, {args.dtype}; per new token")
+    for name in args.gpt_contenders.split(","):
+        keras.utils.set_random_seed(0)
+        if name == "keras_hub":
+            _, prepare, generate, _, _ = build_keras_hub(config, args.new_tokens, "auto", args.dtype)
+        else:
+            _, prepare, generate, _, _ = build_ours(config, args.new_tokens, args.dtype)
+            if name in OURS_WITHOUT:
+                generate = without_optimisation(name, generate)
+        for batch_size in args.batch_sizes:
+            inputs = prepare(make_prompts(batch_size, args.prompt_len, config["vocabulary_size"]))
+            for _ in range(2):
+                jax.block_until_ready(generate(inputs))
+            numbers, top = profile_call(lambda: jax.block_until_ready(generate(inputs)), args.new_tokens, args.rows)
+            report(f"{name}, batch {batch_size}", numbers, top)
+
+
+def profile_bert(args):
+    import jax
+    import keras
+
+    config = BERT_TINY if args.tiny else BERT_BASE
+    print(f"\n# BERT forward, batch {args.batch_size}, padded rows, {args.dtype}; per forward")
+    for seq_len in args.seq_lens:
+        inputs = make_inputs(args.batch_size, seq_len, config["vocabulary_size"], no_padding=False)
+        for name in args.bert_contenders.split(","):
+            keras.utils.set_random_seed(0)
+            if name == "keras_hub":
+                import keras_hub
+
+                model = keras_hub.models.BertBackbone(**config, dtype=args.dtype)
+            else:
+                from attention_zoo_keras.models import BertBackbone
+
+                model = BertBackbone(**config, dtype=args.dtype)
+            compiled = compiled_forward(model, inputs)
+            weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+
+            def forward():
+                return jax.block_until_ready(compiled(*weights, inputs))
+
+            for _ in range(3):
+                forward()
+            numbers, top = profile_call(forward, 1, args.rows)
+            report(f"{name}, length {seq_len}", numbers, top)
+            if args.dump_hlo:
+                path = f"{args.dump_hlo}/bert_{name}_{seq_len}_{args.dtype}.hlo.txt"
+                with open(path, "w") as file:
+                    file.write(compiled.as_text())
+                print(f"(its optimized HLO, where the kernels are named: {path})")
+
+
+def compiled_forward(model, inputs):
+    """`model`'s forward on `inputs` (numpy) compiled by XLA: a `jax.jit` of
+    its stateless call (what `predict_on_batch`'s step computes), taking
+    `(trainable values, non-trainable values, inputs)`."""
+    import jax
+
+    def forward(trainable, non_trainable, inputs):
+        return model.stateless_call(trainable, non_trainable, inputs, training=False)[0]
+
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    return jax.jit(forward).lower(trainable, non_trainable, inputs).compile()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="gpt,bert", help="comma-separated subset of gpt,bert")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32], help="GPT batch sizes")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--gpt-contenders", default="ours,ours_one_row_products,keras_hub")
+    parser.add_argument("--batch-size", type=int, default=32, help="BERT batch size")
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--bert-contenders", default="ours,keras_hub")
+    parser.add_argument("--rows", type=int, default=10, help="kernels listed per call")
+    parser.add_argument("--dump-hlo", metavar="DIR", help="also write each BERT forward's optimized HLO there")
+    parser.add_argument("--tiny", action="store_true", help="2-layer, 64-wide models: a smoke test of the script")
+    args = parser.parse_args()
+
+    import jax
+
+    print(f"# JAX GPU profile: {jax.devices()[0].device_kind}, jax {jax.__version__}")
+    parts = {"gpt": profile_gpt, "bert": profile_bert}
+    for part in args.parts.split(","):
+        try:
+            parts[part](args)
+        except Exception as error:  # report and go on with the other parts
+            print(f"\n## part {part} FAILED: {type(error).__name__}: {error}")
+
+
+if __name__ == "__main__":
+    main()
