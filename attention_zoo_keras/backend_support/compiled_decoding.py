@@ -142,27 +142,33 @@ _SMALLEST_GROWN_CACHE = 16
 # The share of a step's memory traffic (the cache's bytes moved per step over
 # the weights' bytes) from which growing the cache pays for its recordings.
 _GROWTH_PAYS_FROM_SHARE = 0.5
+# The cache's bytes moved per step below which a step costs its Python
+# dispatch, not its bytes, and growing the cache only adds segments.
+_GROWTH_PAYS_FROM_BYTES = 8 * 2**20
 
 
-def decoding_cache_sizes(token_ids, first_position, cache_share):
+def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes):
     """The sizes, in order, that a position-addressed decoding cache takes
     while a loop writes the `(batch, buffer_length)` buffer `token_ids`
     from `first_position` on (the last size is `buffer_length`; see
     `generation.cache_growth`).
 
-    Under torch on a CPU, where the cache moves at least half as many bytes
-    per step as the weights (`cache_share`: its bytes moved per step over
-    the weights' bytes), the cache grows: 16, 32, 64, … (those between
-    `first_position` and `buffer_length`), then `buffer_length`. A step
-    there costs the bytes it moves: attention reads every slot of the cache
-    and beam search copies every slot to reorder its beams, so a
-    buffer-sized cache costs the whole buffer at every step, where the
-    written positions are on average half of it. Each size is one more
-    recording of the step on a shape's first call (about 1.5 s for a
-    6-layer decoder), so a smaller share is not worth it: Marian-shaped
-    beam search (share 1.4) ran 12 % faster, greedy translation (0.11) and
-    GPT-2 (0.03 to 0.23) no faster and 2 to 6 s slower to start. The sizes
-    are a fixed ladder, so a recorded step serves every request.
+    Under torch on a CPU, where the cache moves (`cache_traffic`, bytes per
+    step) at least half as many bytes per step as the weights
+    (`weight_bytes`) and at least 8 MiB, the cache grows: 16, 32, 64, …
+    (those between `first_position` and `buffer_length`), then
+    `buffer_length`. A step there costs the bytes it moves: attention
+    reads every slot of the cache and beam search copies every slot to
+    reorder its beams, so a buffer-sized cache costs the whole buffer at
+    every step, where the written positions are on average half of it.
+    Each size is one more recording of the step on a shape's first call
+    (about 1.5 s for a 6-layer decoder), so a smaller share is not worth
+    it: Marian-shaped beam search (share 1.4) ran 12 % faster, greedy
+    translation (0.11) and GPT-2 (0.03 to 0.23) no faster and 2 to 6 s
+    slower to start. Nor is a small cache, whatever its share, since a
+    tiny model's step costs its Python dispatch: a 32-wide translation
+    model's beam search (0.4 MB a step) ran 7 to 20 % slower grown. The
+    sizes are a fixed ladder, so a recorded step serves every request.
 
     Elsewhere the cache keeps one size, `(buffer_length,)`: under JAX and
     TensorFlow each size would be one more loop compiled into the program,
@@ -170,7 +176,8 @@ def decoding_cache_sizes(token_ids, first_position, cache_share):
     than memory (not measured to pay).
     """
     buffer_length = int(keras.ops.shape(token_ids)[1])
-    if cache_share < _GROWTH_PAYS_FROM_SHARE or not _grows_decoding_caches(token_ids):
+    pays = cache_traffic >= max(_GROWTH_PAYS_FROM_SHARE * weight_bytes, _GROWTH_PAYS_FROM_BYTES)
+    if not pays or not _grows_decoding_caches(token_ids):
         return (buffer_length,)
     first_position = int(keras.ops.convert_to_numpy(first_position))
     sizes, size = [], _SMALLEST_GROWN_CACHE

@@ -60,9 +60,9 @@ def layer_cache_growth(attention_layers, weights):
 def cache_sizes(token_ids, first_position, cache, reads_per_step, growth):
     """The sizes the cache takes while a loop writes the buffer `token_ids`
     from `first_position` on (`backend_support.decoding_cache_sizes`), given
-    the share of a step's traffic that is the cache's: `reads_per_step`
-    passes over `cache` (attention's read; beam search's reordering copy
-    adds a read and a write) against one over the weights.
+    the cache's traffic in a step, `reads_per_step` passes over `cache`
+    (attention's read; beam search's reordering copy adds a read and a
+    write), against one pass over the weights.
 
     Args:
         token_ids: tensor of shape `(batch, buffer_length)`. The loop's
@@ -75,8 +75,7 @@ def cache_sizes(token_ids, first_position, cache, reads_per_step, growth):
     if growth is None:
         return (int(token_ids.shape[1]),)
     cache_bytes = sum(_byte_size(tensor.shape, tensor.dtype) for tensor in keras.tree.flatten(cache))
-    share = reads_per_step * cache_bytes / max(growth.weight_bytes, 1)
-    return decoding_cache_sizes(token_ids, first_position, share)
+    return decoding_cache_sizes(token_ids, first_position, reads_per_step * cache_bytes, growth.weight_bytes)
 
 
 def run_with_growing_cache(run_until, loop_state, token_ids, first_position, growth, reads_per_step):

@@ -73,8 +73,9 @@ def test_which_tasks_grow_their_cache():
 
 
 def test_the_cache_sizes_of_a_loop():
-    def sizes(buffer_length, first_position, cache_share=1.0):
-        return decoding_cache_sizes(keras.ops.zeros((1, buffer_length), "int32"), first_position, cache_share)
+    def sizes(buffer_length, first_position, cache_traffic=2**30, weight_bytes=2**30):
+        ids = keras.ops.zeros((1, buffer_length), "int32")
+        return decoding_cache_sizes(ids, first_position, cache_traffic, weight_bytes)
 
     if TORCH_ON_CPU:
         assert sizes(192, 32) == (64, 128, 192)
@@ -82,19 +83,24 @@ def test_the_cache_sizes_of_a_loop():
         assert sizes(64, 16) == (32, 64)
         assert sizes(64, 40) == (64,)
         assert sizes(16, 3) == (16,)
-        assert sizes(192, 32, cache_share=0.4) == (192,)  # the cache moves too little to pay for recordings
+        # The cache moves too little beside the weights, or too little at all, to pay for recordings.
+        assert sizes(192, 32, cache_traffic=0.4 * 2**30) == (192,)
+        assert sizes(192, 32, cache_traffic=2**20, weight_bytes=2**10) == (192,)
+        assert sizes(192, 32, cache_traffic=8 * 2**20, weight_bytes=2**10) == (64, 128, 192)
     else:
         assert sizes(192, 32) == (192,)
         assert sizes(16, 3) == (16,)
 
 
-def test_the_cache_share_of_a_step_weighs_its_passes_over_the_cache_against_the_weights(monkeypatch):
-    shares = []
-    monkeypatch.setattr(cache_growth, "decoding_cache_sizes", lambda ids, first, share: shares.append(share))
+def test_the_cache_traffic_of_a_step_counts_its_passes_over_the_cache(monkeypatch):
+    weighed = []
+    monkeypatch.setattr(
+        cache_growth, "decoding_cache_sizes", lambda ids, first, traffic, weights: weighed.append((traffic, weights))
+    )
     growth = cache_growth.CacheGrowth(resize=None, weight_bytes=1000)
     cache = ((keras.ops.zeros((2, 8, 2, 4)), keras.ops.zeros((2, 8, 2, 4), "bfloat16")),)
     cache_growth.cache_sizes(keras.ops.zeros((2, 8), "int32"), 1, cache, 3, growth)
-    assert shares == [3 * (2 * 8 * 2 * 4) * (4 + 2) / 1000]
+    assert weighed == [(3 * (2 * 8 * 2 * 4) * (4 + 2), 1000)]
 
 
 def _gpt():
@@ -127,6 +133,7 @@ def _grow_from_4_recording_sizes(monkeypatch):
     that every `KeyValueCache.resized` call appends its size to."""
     monkeypatch.setattr(compiled_decoding, "_SMALLEST_GROWN_CACHE", 4)
     monkeypatch.setattr(compiled_decoding, "_GROWTH_PAYS_FROM_SHARE", 0.0)
+    monkeypatch.setattr(compiled_decoding, "_GROWTH_PAYS_FROM_BYTES", 0)
     sizes = []
     resized = KeyValueCache.resized
 

@@ -36,3 +36,4 @@ def test_jax_computes_the_exact_gelu_with_erf_not_erfc():
 
     program = str(jax.make_jaxpr(get_activation("gelu"))(X))
     assert " erf " in program and "erfc" not in program
+
