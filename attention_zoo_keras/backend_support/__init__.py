@@ -8,7 +8,6 @@ whose answer depends on the backend live here, one concern per module:
 - `attention_kernels`: calling the fused attention kernels;
 - `dense_kernels`: dense projections and layer normalization as one fused
   kernel each (and a single row's projection kept a matrix product);
-- `activation_kernels`: the exact GELU in each backend's fastest form;
 - `compiled_decoding`: compiled decoding loops, in-place buffer writes;
 - `recorded_steps`: model steps (forward, decoding, training) recorded once
   per input signature and replayed on torch;
@@ -26,7 +25,6 @@ Backend modules are imported only when they are the active backend, so
 importing this library under JAX or PyTorch never imports TensorFlow.
 """
 
-from attention_zoo_keras.backend_support.activation_kernels import exact_gelu
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
 from attention_zoo_keras.backend_support.compiled_decoding import apply_when
@@ -69,7 +67,6 @@ __all__ = [
     "decoding_cache_sizes",
     "decoding_while_loop",
     "dense_projection",
-    "exact_gelu",
     "fill_columns",
     "fused_adam_update",
     "initialized_from",

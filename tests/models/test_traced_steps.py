@@ -161,13 +161,13 @@ def _fit(model, x, y, run_eagerly, optimizer=None):
     return model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history
 
 
-def _assert_same_weights(model, eager_model):
-    """The weights of `model` equal those of `eager_model` (within 1e-5)."""
+def _assert_same_weights(model, eager_model, tolerance=1e-5):
+    """The weights of `model` equal those of `eager_model` (within `tolerance`)."""
     assert len(model.weights) == len(eager_model.weights)
     for weight, eager_weight in zip(model.weights, eager_model.weights):
         np.testing.assert_allclose(
-            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=1e-5, rtol=1e-5,
-            err_msg=weight.path,
+            keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(eager_weight), atol=tolerance,
+            rtol=tolerance, err_msg=weight.path,
         )
 
 
@@ -191,7 +191,9 @@ def test_fit_gives_the_eager_weights_with_one_recording_per_shape(case):
     for name in history:  # the loss and the metrics
         np.testing.assert_allclose(history[name], eager_history[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert max(np.abs(keras.ops.convert_to_numpy(w) - w0).max() for w, w0 in zip(model.weights, initial)) > 1e-4
-    _assert_same_weights(model, eager_model)
+    # XLA compiles the eager and the fitted step as different programs that round differently; four SGD
+    # steps with momentum carry that to 1.4e-5 in Transformer-XL's embedding (XLA without most optimizations).
+    _assert_same_weights(model, eager_model, tolerance=1e-5 if TORCH else 3e-5)
     assert _recorded(model, "train") == (1 if TORCH else 0)  # four steps of one shape
     assert _recorded(eager_model, "train") == 0
 
