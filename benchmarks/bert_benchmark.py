@@ -123,6 +123,7 @@ from benchmarks.contenders import select_contenders
 from benchmarks.contenders import summarise
 from benchmarks.contenders import time_interleaved
 from benchmarks.contenders import timed_call
+from benchmarks.contenders import with_setting
 from benchmarks.timing import cpu_line
 from benchmarks.timing import cpu_model
 from benchmarks.timing import device_description
@@ -515,15 +516,8 @@ def with_xla_attention(step):
 
     import keras
 
-    def call():
-        fused = keras.ops.dot_product_attention
-        keras.ops.dot_product_attention = functools.partial(fused, flash_attention=False)
-        try:
-            return step()
-        finally:
-            keras.ops.dot_product_attention = fused
-
-    return call
+    fused = functools.partial(keras.ops.dot_product_attention, flash_attention=False)
+    return with_setting(step, keras.ops, "dot_product_attention", fused)
 
 
 def main(argv=None):

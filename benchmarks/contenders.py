@@ -1,7 +1,8 @@
 """The in-process contest of the benchmarks that time ours against other
 implementations (KerasHub, transformers) on the same inputs: choosing the
-contenders, recording one that fails (the others go on), timing one call,
-the interleaved rounds, the summary statistics and the ratio columns.
+contenders, recording one that fails (the others go on), a variant of a
+contender with one setting changed, timing one call, the interleaved
+rounds, the summary statistics and the ratio columns.
 
 Interleaving: after every contender is built and warmed up, the timed calls
 run in rounds, one call of each contender per round, the order rotated by
@@ -47,6 +48,23 @@ def record_failure(entry, error, heading=None):
     entry["traceback"] = traceback.format_exc()
     print(entry["traceback"] if heading is None else f"\n{heading} FAILED:\n{entry['traceback']}")
     sys.stdout.flush()
+
+
+def with_setting(function, owner, name, value):
+    """`function` with `owner.name` (a module's setting or function) set to
+    `value` during each call, and so in whatever the call traces or
+    compiles: a contender measured against itself with one optimisation
+    undone."""
+
+    def call(*args, **kwargs):
+        kept = getattr(owner, name)
+        setattr(owner, name, value)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            setattr(owner, name, kept)
+
+    return call
 
 
 def round_robin(names, rounds):

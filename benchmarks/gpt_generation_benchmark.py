@@ -108,6 +108,7 @@ from benchmarks.contenders import select_contenders
 from benchmarks.contenders import summarise
 from benchmarks.contenders import time_interleaved
 from benchmarks.contenders import timed_call
+from benchmarks.contenders import with_setting
 from benchmarks.timing import cpu_line
 from benchmarks.timing import cpu_model
 from benchmarks.timing import device_description
@@ -324,17 +325,7 @@ def without_optimisation(name, generate):
     import importlib
 
     module_name, setting, value, _ = OURS_WITHOUT[name]
-    module = importlib.import_module(module_name)
-
-    def call(inputs):
-        kept = getattr(module, setting)
-        setattr(module, setting, value)
-        try:
-            return generate(inputs)
-        finally:
-            setattr(module, setting, kept)
-
-    return call
+    return with_setting(generate, importlib.import_module(module_name), setting, value)
 
 
 def build_keras_hub(config, new_tokens, jit_compile, dtype):

@@ -117,7 +117,6 @@ def profile_gpt(args):
 
 
 def profile_bert(args):
-    import jax
     import keras
 
     config = BERT_TINY if args.tiny else BERT_BASE
@@ -134,12 +133,7 @@ def profile_bert(args):
                 from attention_zoo_keras.models import BertBackbone
 
                 model = BertBackbone(**config, dtype=args.dtype)
-            compiled = compiled_forward(model, inputs)
-            weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
-
-            def forward():
-                return jax.block_until_ready(compiled(*weights, inputs))
-
+            forward, compiled = compiled_forward(model, inputs)
             for _ in range(3):
                 forward()
             numbers, top = profile_call(forward, 1, args.rows)
@@ -152,17 +146,17 @@ def profile_bert(args):
 
 
 def compiled_forward(model, inputs):
-    """`model`'s forward on `inputs` (numpy) compiled by XLA: a `jax.jit` of
-    its stateless call (what `predict_on_batch`'s step computes), taking
-    `(trainable values, non-trainable values, inputs)`."""
+    """`model`'s forward on `inputs` (numpy) compiled by XLA, a `jax.jit` of
+    its stateless call (what `predict_on_batch`'s step computes): a call of
+    it that waits for its outputs, and the compiled program."""
     import jax
 
     def forward(trainable, non_trainable, inputs):
         return model.stateless_call(trainable, non_trainable, inputs, training=False)[0]
 
-    trainable = [v.value for v in model.trainable_variables]
-    non_trainable = [v.value for v in model.non_trainable_variables]
-    return jax.jit(forward).lower(trainable, non_trainable, inputs).compile()
+    weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+    compiled = jax.jit(forward).lower(*weights, inputs).compile()
+    return (lambda: jax.block_until_ready(compiled(*weights, inputs))), compiled
 
 
 def main():

@@ -85,6 +85,7 @@ from benchmarks.contenders import select_contenders
 from benchmarks.contenders import summarise
 from benchmarks.contenders import time_interleaved
 from benchmarks.contenders import timed_call
+from benchmarks.contenders import with_setting
 from benchmarks.timing import cpu_line
 from benchmarks.timing import cpu_model
 from benchmarks.timing import fmt_versions
@@ -303,15 +304,7 @@ def with_one_size_cache(generate):
     for the call (`backend_support.compiled_decoding`)."""
     from attention_zoo_keras.backend_support import compiled_decoding
 
-    def call(token_ids, mask):
-        threshold = compiled_decoding._GROWTH_PAYS_FROM_SHARE
-        compiled_decoding._GROWTH_PAYS_FROM_SHARE = float("inf")
-        try:
-            return generate(token_ids, mask)
-        finally:
-            compiled_decoding._GROWTH_PAYS_FROM_SHARE = threshold
-
-    return call
+    return with_setting(generate, compiled_decoding, "_GROWTH_PAYS_FROM_SHARE", float("inf"))
 
 
 def check_output(name, token_ids, batch, max_length, pad_id):

@@ -136,12 +136,11 @@ def test_testing_the_stop_condition_every_few_steps_gives_the_same_tokens(monkey
     for max_length in (24, 25):
         lm = _tiny_lm()
         options = dict(max_length=max_length, sampler=sampler, seed=3)
-        if stop_id is None:
-            unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)["token_ids"]
-            stop_id = int(unstopped[0, 14])  # row 0 stops at its first one; row 1 at its own, or at the end
+        unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)
+        if stop_id is None:  # row 0 stops at its first one; row 1 at its own, or at the end
+            stop_id = int(unstopped["token_ids"][0, 14])
         expected = lm.generate(PROMPTS, stop_token_ids=[stop_id], **options)
         assert expected["padding_mask"][0].sum() <= 15  # row 0 did stop early
-        unstopped = lm.generate(PROMPTS, stop_token_ids=None, **options)
         tests = []
 
         def every_third_step(loop_vars):
