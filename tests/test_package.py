@@ -33,7 +33,6 @@ def _modules():
         yield importlib.import_module(info.name)
 
 
-@pytest.mark.slow  # every example of the package: minutes, and the same code the other tests cover per backend
 def test_only_backend_support_imports_a_backend():
     """Backend-specific code lives in `attention_zoo_keras/backend_support/`;
     everything else is written against `keras.ops`. (The conversion tools
@@ -51,6 +50,7 @@ def test_only_backend_support_imports_a_backend():
     assert offenders == []
 
 
+@pytest.mark.slow  # every example of the package: minutes, and the same code the other tests cover per backend
 def test_docstring_examples_run():
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -18,6 +18,8 @@ whose answer depends on the backend live here, one concern per module:
 - `sorting`: sorting that every backend's exporter converts;
 - `keras_workarounds`: help Keras needs on one backend (training loops,
   LiteRT export);
+- `jax_trainer_state`: Keras' JAX trainer state passed to and from the
+  compiled steps without walking the model at every step;
 - `variable_initialization`: variables created holding a checkpoint's
   values (straight into their shards under a distribution).
 
@@ -45,6 +47,7 @@ from attention_zoo_keras.backend_support.environment import supports_custom_grad
 from attention_zoo_keras.backend_support.fused_optimizers import fused_adam_update
 from attention_zoo_keras.backend_support.gradients import custom_gradient_from_outputs
 from attention_zoo_keras.backend_support.gradients import vjp
+from attention_zoo_keras.backend_support.jax_trainer_state import JaxTrainerState
 from attention_zoo_keras.backend_support.keras_workarounds import batches_of_any_width
 from attention_zoo_keras.backend_support.keras_workarounds import litert_export_settings
 from attention_zoo_keras.backend_support.keras_workarounds import variables_restored_on_error
@@ -56,6 +59,7 @@ from attention_zoo_keras.backend_support.variable_initialization import initiali
 from attention_zoo_keras.backend_support.variable_initialization import is_integer_dtype
 
 __all__ = [
+    "JaxTrainerState",
     "apply_when",
     "argsort_distinct",
     "backend_name",

@@ -22,19 +22,13 @@ def variables_restored_on_error(model):
     variables empty. Here the latest state Keras kept (`_jax_state`) is put
     back, and variables the loop had not reached yet get the value they had
     before the call (references, not copies: buffers the loop donated are
-    not held). Other backends keep their variables attached.
+    not held). Other backends keep their variables attached. `model` is a
+    `JaxTrainerState` (its variables are listed once per set of steps).
     """
     if backend_name() != "jax":
         yield
         return
-    optimizer = getattr(model, "optimizer", None)
-    variables = [
-        *model.trainable_variables,
-        *model.non_trainable_variables,
-        *(optimizer.variables if optimizer is not None else ()),
-        *model.metrics_variables,
-    ]
-    before = [(variable, variable._value) for variable in variables]
+    before = [(variable, variable._value) for kind in model._state_variables().values() for variable in kind]
     try:
         yield
     except BaseException:

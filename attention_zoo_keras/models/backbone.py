@@ -4,6 +4,7 @@ itself from a preset and saves itself as one.
 
 import keras
 
+from attention_zoo_keras.backend_support import JaxTrainerState
 from attention_zoo_keras.hub.catalog import list_presets
 from attention_zoo_keras.hub.preset_format import save_preset
 from attention_zoo_keras.hub.preset_loader import get_preset_loader
@@ -42,7 +43,7 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedSteps, Quantizes, LoRA, Distributable, ExportsToTransformers, ServingExport, keras.Model):
+class Backbone(ValidatesInputs, TracedSteps, JaxTrainerState, Quantizes, LoRA, Distributable, ExportsToTransformers, ServingExport, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so

@@ -5,6 +5,7 @@ loss and optimizer, and an attached preprocessor so `fit`, `predict` and
 
 import keras
 
+from attention_zoo_keras.backend_support import JaxTrainerState
 from attention_zoo_keras.hub.preset_format import save_preset
 from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
@@ -38,7 +39,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedSteps, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
+class Task(ValidatesInputs, TracedSteps, JaxTrainerState, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
