@@ -14,6 +14,7 @@
 # gpt_generation       jax tensorflow torch
 # streaming            jax tensorflow torch
 # decoding_controls    jax tensorflow torch
+# train_on_batch_overhead jax tensorflow torch
 # translation          jax tensorflow torch
 # transformer_xl_eval  jax tensorflow torch
 # attention_scaling    jax tensorflow torch     plot PLOT (docs/attention_scaling.png)
@@ -189,7 +190,8 @@ nice=()
 case "$NAME" in
     setup) setup; exit $? ;;
     -h|--help|help) usage ;;
-    bert|gpt_generation|streaming|decoding_controls|translation|transformer_xl_eval) default_backends="jax tensorflow torch" ;;
+    bert|gpt_generation|streaming|decoding_controls|translation|transformer_xl_eval|train_on_batch_overhead)
+        default_backends="jax tensorflow torch" ;;
     attention_scaling|linear_generation) default_backends="jax tensorflow torch"; plot_default="docs/$NAME.png" ;;
     reformer)
         default_backends="jax torch tensorflow"

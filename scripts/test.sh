@@ -3,9 +3,11 @@
 # $TEST_WORKERS pytest-xdist processes (default: one per core, at most 4).
 #
 # The end-to-end tests (marked `slow`: training runs that must learn, the
-# wheel, the documentation build) run on torch only: what they exercise per
-# backend (fit, generate, parity) the other tests check on all three, so
-# their runs on JAX and TensorFlow would add minutes and no coverage.
+# wheel, the documentation build and its examples, the docstring examples)
+# run on torch only: what they exercise per backend (fit, generate, parity)
+# the other tests check on all three, so their runs on JAX and TensorFlow
+# would add minutes and no coverage. So do the tests marked
+# `backend_independent` (the hub's files, HTTP and error messages).
 # Extra arguments go to pytest after these, so they win: e.g.
 # scripts/test.sh -m "not slow" skips the end-to-end tests everywhere.
 set -uo pipefail
@@ -32,7 +34,7 @@ failed=()
 for backend in jax tensorflow torch; do
   echo "=== KERAS_BACKEND=$backend ==="
   selection=()
-  [ "$backend" != torch ] && selection=(-m "not slow")
+  [ "$backend" != torch ] && selection=(-m "not slow and not backend_independent")
   backend_env=("KERAS_BACKEND=$backend")
   # JAX gets 8 CPU devices (tests/models/test_distribution.py shards models
   # over a mesh of 8) and XLA without most optimizations: the tiny models'

@@ -1,6 +1,6 @@
 """The documentation site (`mkdocs.yml`, `docs/`): it builds with warnings as
 errors, every model family and attention mechanism has its page, and the
-examples on the pages run (as doctests, on every backend)."""
+examples on the pages run (as doctests)."""
 
 import doctest
 import os
@@ -40,6 +40,7 @@ def test_every_family_and_mechanism_has_a_page_with_an_example():
         assert path in PAGES, f"{path.name} has no example"
 
 
+@pytest.mark.slow  # minutes, and the calls the other tests check on every backend: CI runs them on torch
 @pytest.mark.parametrize("path", PAGES, ids=[str(path.relative_to(DOCS)) for path in PAGES])
 def test_page_examples_run(path, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # examples that save write here

@@ -26,6 +26,9 @@ from attention_zoo_keras.models import BertTextClassifier
 from attention_zoo_keras.models import BertTextEmbedder
 from attention_zoo_keras.models import BertTokenizer
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 BERT_BASE_REPO = "google-bert/bert-base-uncased"  # where presets/bert_base.json points
 TINY_REPO = "zoo-org/tiny-bert"
 TEXTS = ["the cat sat on the mat", "a very good film, but long"]

@@ -26,6 +26,9 @@ from huggingface_hub.file_download import get_hf_file_metadata, http_get
 
 from tests.support.hub_server import LocalHub, configure_client
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 REPO = "zoo-org/tiny-model"
 CONFIG = b'{"hidden_size": 8}'
 WEIGHTS = bytes(range(256)) * 64  # 16 KiB, binary

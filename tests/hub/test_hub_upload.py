@@ -28,6 +28,9 @@ from attention_zoo_keras.hub.upload import PresetUploadError
 from tests.support.tiny_checkpoints import TINY_VOCABULARY
 from tests.support.hub_server import serving
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 TEXTS = ["the film was good", "a cat sat on the mat and the dog sat too"]
 WRITER = "hf_writer"  # may write to "me" and "my-org"
 OUTSIDER = "hf_outsider"  # may write to "someone-else" only

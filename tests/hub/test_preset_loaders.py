@@ -16,6 +16,9 @@ from attention_zoo_keras.hub.quantized_presets import quantized_tensors_hint
 from attention_zoo_keras.hub.quantized_presets import rebased_dtype
 from attention_zoo_keras.hub.transformers_preset_loader import TransformersPresetLoader
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 
 def test_a_transformers_checkpoint_gets_the_converter_of_its_model_type(tiny_bert_checkpoints):
     loader = get_preset_loader(str(tiny_bert_checkpoints["model"]))

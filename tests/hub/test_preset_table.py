@@ -4,8 +4,13 @@ row per `presets/*.json` with the file's parameter count and license."""
 import json
 from pathlib import Path
 
+import pytest
+
 from attention_zoo_keras.hub.catalog import presets_directory
 from attention_zoo_keras.hub.catalog import presets_markdown
+
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parents[2]
 

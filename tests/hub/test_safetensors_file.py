@@ -17,6 +17,9 @@ from attention_zoo_keras.hub.safetensors_file import read_layout
 from attention_zoo_keras.hub.safetensors_file import read_tensor
 from attention_zoo_keras.hub.safetensors_file import write_safetensors
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 
 def _arrays():
     rng = np.random.default_rng(0)

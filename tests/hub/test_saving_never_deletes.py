@@ -17,6 +17,9 @@ import attention_zoo_keras as azk
 from attention_zoo_keras.hub.atomic import DirectoryNotReplaceableError
 from attention_zoo_keras.hub.preset_format import preset_entries
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 
 def _tiny_backbone(seed=0):
     import keras

@@ -27,6 +27,9 @@ from attention_zoo_keras.hub.preset_format import save_preset_with_heads
 from attention_zoo_keras.hub.weights import CheckpointMismatchError
 from attention_zoo_keras.registration import UnknownArgumentError
 
+# Files, HTTP and error messages: the same code on every backend (scripts/test.sh runs it on torch).
+pytestmark = pytest.mark.backend_independent
+
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a", "dog"]
 TEXTS = ["the cat sat on the mat", "a dog"]
 
