@@ -34,6 +34,7 @@ import argparse
 from benchmarks.contenders import ratio_cells
 from benchmarks.contenders import select_contenders
 from benchmarks.contenders import time_rounds
+from benchmarks.contenders import with_setting
 from benchmarks.timing import cpu_line
 from benchmarks.timing import fmt_ms
 from benchmarks.timing import fmt_versions
@@ -54,19 +55,9 @@ def keras_state_handling(call):
 
     from attention_zoo_keras.backend_support import JaxTrainerState
 
-    undone = {name: getattr(keras.Model, name) for name in ("_get_jax_state", "jax_state_sync", "__setattr__")}
-
-    def undone_call():
-        kept = {name: JaxTrainerState.__dict__[name] for name in undone}
-        for name, method in undone.items():
-            setattr(JaxTrainerState, name, method)
-        try:
-            return call()
-        finally:
-            for name, method in kept.items():
-                setattr(JaxTrainerState, name, method)
-
-    return undone_call
+    for name in ("_get_jax_state", "jax_state_sync", "__setattr__"):
+        call = with_setting(call, JaxTrainerState, name, getattr(keras.Model, name))
+    return call
 
 
 def build_step(name, batch_size, length):
