@@ -20,6 +20,9 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
   given to every ``keras.ops.dot_product_attention`` it traces, so that on
   a GPU XLA's own fusions compute attention instead of cuDNN's fused
   kernel: which kernel pays at which length.
+* ``ours_jax_gelu`` (JAX only): ours with JAX's own exact GELU
+  (``jax.nn.gelu``, by ``erfc``) instead of the library's rational ``erf``
+  (``backend_support.exact_gelu``).
 * ``keras_hub``: ``keras_hub.models.BertBackbone``.
 * ``transformers`` (torch backend only): ``transformers.BertModel`` with
   ``attn_implementation="sdpa"``.
@@ -152,9 +155,11 @@ BERT_BASE = dict(
 SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_dim=512)
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
-CONTENDERS = ("ours", "ours_eager", "ours_xla_attention", "keras_hub", "transformers", "transformers_compiled")
+CONTENDERS = (
+    "ours", "ours_eager", "ours_xla_attention", "ours_jax_gelu", "keras_hub", "transformers", "transformers_compiled"
+)
 TORCH_ONLY = ("ours_eager", "transformers", "transformers_compiled")
-JAX_ONLY = ("ours_xla_attention",)
+JAX_ONLY = ("ours_xla_attention", "ours_jax_gelu")
 DEFAULT_CONTENDERS = tuple(name for name in CONTENDERS if name not in JAX_ONLY)
 LEARNING_RATE = 1e-5
 
@@ -196,7 +201,7 @@ def parse_args(argv=None):
         help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
         "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only; "
-        "ours_xla_attention, JAX only, not run unless named: see the module docstring)",
+        "ours_xla_attention and ours_jax_gelu, JAX only, not run unless named: see the module docstring)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
@@ -505,6 +510,11 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
         step, path = keras_step(model, mode, inputs, targets, jit_compile, optimizer, args.outputs, run_eagerly=eager)
     if name == "ours_xla_attention":
         step, path = with_xla_attention(step), path + ", attention by XLA (flash_attention=False)"
+    if name == "ours_jax_gelu":
+        from attention_zoo_keras.backend_support import activation_kernels
+
+        step = with_setting(step, activation_kernels, "_RATIONAL_ERF_UNDER_JAX", False)
+        path += ", JAX's own exact GELU (jax.nn.gelu, by erfc)"
     return step, path, model.count_params(), optimizer_name if mode == "training" else None
 
 

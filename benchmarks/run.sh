@@ -63,8 +63,8 @@
 # ours with a single row's projections left to XLA, KerasHub);
 # gpt_command_buffers (ours with XLA's command buffers for while loops and
 # conditionals, XLA_FLAGS); bert_128 (BERT-base forward and mixed-precision
-# train step at 128, batch 32: ours, ours with XLA's attention instead of
-# cuDNN's, KerasHub); bert_512 (the forward at 512); bert_forward (the
+# train step at 128, batch 32: ours, ours with JAX's own exact GELU (by
+# erfc) instead of the library's rational erf, KerasHub); bert_512 (the forward at 512); bert_forward (the
 # forward at 128 and 512); profile (`profile_jax_gpu.py`: kernels of one
 # GPT-2 generate at batch 1, ours with and without two-row projections, and
 # of one BERT forward at 128, ours and KerasHub, whose optimized HLO it
@@ -158,7 +158,7 @@ jax_gpu() {
     local gpt=("$PYTHON" -m benchmarks.gpt_generation_benchmark --dtype "$dtype" --prompt-len 32 --new-tokens 128
                --warmup 2 --repeats 5)
     local bert=("$PYTHON" -m benchmarks.bert_benchmark --batch-size 32 --outputs device --warmup 3 --repeats 20
-                --dtype "$dtype" --contenders ours,ours_xla_attention,keras_hub)
+                --dtype "$dtype" --contenders ours,ours_jax_gelu,keras_hub)
     local command_buffers="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 
     for part in $parts; do

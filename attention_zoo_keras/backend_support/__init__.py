@@ -5,6 +5,8 @@ whose answer depends on the backend live here, one concern per module:
 
 - `environment`: the backend, whether a value is concrete (so
   its contents can be checked before entering a compiled graph);
+- `activation_kernels`: the exact GELU in the form each backend computes
+  fastest;
 - `attention_kernels`: calling the fused attention kernels;
 - `dense_kernels`: dense projections and layer normalization as one fused
   kernel each (and a single row's projection kept a matrix product);
@@ -27,6 +29,7 @@ Backend modules are imported only when they are the active backend, so
 importing this library under JAX or PyTorch never imports TensorFlow.
 """
 
+from attention_zoo_keras.backend_support.activation_kernels import exact_gelu
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
 from attention_zoo_keras.backend_support.compiled_decoding import apply_when
@@ -71,6 +74,7 @@ __all__ = [
     "decoding_cache_sizes",
     "decoding_while_loop",
     "dense_projection",
+    "exact_gelu",
     "fill_columns",
     "fused_adam_update",
     "initialized_from",

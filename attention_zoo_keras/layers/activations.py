@@ -3,16 +3,19 @@
 Hugging Face configs say `"gelu"` for the exact, erf-based GELU (Hendrycks &
 Gimpel, 2016: x·Φ(x)) and `"gelu_new"` / `"gelu_pytorch_tanh"` for its tanh
 approximation (0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))). `keras.ops.gelu`
-defaults to the approximation, so the names are mapped here explicitly.
+defaults to the approximation, so the names are mapped here explicitly. The
+exact GELU is `backend_support.exact_gelu`, which computes it in the form
+fastest on each backend.
 """
 
 from keras import ops
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.naming import NameRegistry
 
 _ACTIVATIONS = NameRegistry("activation", "activations", {
-    "gelu": lambda x: ops.gelu(x, approximate=False),
-    "gelu_exact": lambda x: ops.gelu(x, approximate=False),
+    "gelu": backend_support.exact_gelu,
+    "gelu_exact": backend_support.exact_gelu,
     "gelu_new": lambda x: ops.gelu(x, approximate=True),
     "gelu_tanh": lambda x: ops.gelu(x, approximate=True),
     "gelu_pytorch_tanh": lambda x: ops.gelu(x, approximate=True),
