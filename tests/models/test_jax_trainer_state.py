@@ -31,7 +31,11 @@ def _weights(model):
 
 
 def _compiled(model):
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    """`model` compiled with Adam and the cross-entropy of its logits (the
+    cross-entropy of probabilities would clip logits outside (0, 1), so
+    that some random initial weights get no gradient at all)."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=["accuracy"])
     return model
 
 
