@@ -467,6 +467,9 @@ def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_pa
 # ------------------------------------------------------- python -m conversion
 
 
+# The command line's parsing and exit codes, in subprocesses: the same on
+# every backend (conversions themselves are tested in-process above).
+@pytest.mark.backend_independent
 def test_python_dash_m_conversion(tmp_path):
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

@@ -112,9 +112,9 @@ DECLARED_LAYOUTS = {
     "vilbert_vqa": {
         "region_embedding/kernel": (None, "model"),
         "box_embedding/bias": ("model",),
-        "co_attention_layer_1/visual_cross_attention/output/kernel": ("model", None),
+        "co_attention_layer_0/visual_cross_attention/output/kernel": ("model", None),
         "co_attention_layer_0/text_feed_forward/intermediate/kernel": (None, "model"),
-        "visual_transformer_layer_1/feed_forward/output/kernel": ("model", None),
+        "visual_transformer_layer_0/feed_forward/output/kernel": ("model", None),
         "visual_pooler/kernel": (None, None),
     },
 }

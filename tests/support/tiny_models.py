@@ -103,10 +103,10 @@ def task_cases():
         "vilbert_vqa": lambda: (
             azk.models.ViLBERTVisualQuestionAnswerer(
                 azk.models.ViLBERTBackbone(
-                    vocabulary_size=20, num_layers=2, num_heads=2, hidden_dim=8, intermediate_dim=16,
-                    region_feature_dim=4, visual_num_layers=2, visual_num_heads=2, visual_hidden_dim=8,
+                    vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                    region_feature_dim=4, visual_num_layers=1, visual_num_heads=2, visual_hidden_dim=8,
                     visual_intermediate_dim=16, co_attention_dim=8, co_attention_num_heads=2,
-                    co_attention_text_layers=[1, 2], co_attention_visual_layers=[0, 1], max_sequence_length=8),
+                    co_attention_text_layers=[1], co_attention_visual_layers=[0], max_sequence_length=8),
                 num_answers=5),
             vilbert_features(8)),
     }

@@ -145,6 +145,7 @@ def test_sampling_and_beam_search_run(lm):
     np.testing.assert_array_equal(one_beam["token_ids"], greedy["token_ids"])
 
 
+@pytest.mark.slow
 def test_fit_lowers_the_loss():
     keras.utils.set_random_seed(1)
     lm = GPTCausalLM(backbone=tiny_backbone())

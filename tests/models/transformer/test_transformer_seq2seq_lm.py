@@ -235,6 +235,7 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_fit_on_text_pairs_lowers_the_label_smoothed_loss(tokenizer, optimizer):
     keras.utils.set_random_seed(0)
