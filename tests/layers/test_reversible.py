@@ -5,6 +5,11 @@ reproduced in the recomputation, the memory a training step needs as the
 stack deepens, and inference calls that draw nothing."""
 
 import gc
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -16,6 +21,7 @@ from attention_zoo_keras.layers import MultiHeadAttention
 from attention_zoo_keras.layers.reversible import ReversibleSequence
 
 BACKEND = keras.backend.backend()
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BATCH, LENGTH, HIDDEN = 2, 6, 8
 PADDING = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)[:, None, :]
 
@@ -400,10 +406,10 @@ def training_memory(num_layers, recompute):
         x = tf.constant(x)
         step(x)  # trace
         peaks = []
-        # The least of three calls: the allocator is shared by the whole process,
-        # and a thread left over from an earlier test can allocate during one.
+        # The least of three calls (see `training_memories` for why in a
+        # process of its own).
         for _ in range(3):
-            gc.collect()  # no tensors of earlier tests freed (and counted) during the step
+            gc.collect()
             tf.config.experimental.reset_memory_stats("CPU:0")
             before = tf.config.experimental.get_memory_info("CPU:0")["current"]
             step(x)
@@ -429,11 +435,38 @@ def training_memory(num_layers, recompute):
     pytest.skip(f"no autodiff on {BACKEND}")
 
 
+MEMORY_DEPTHS = (2, 8)
+
+
+def training_memories():
+    """`training_memory` of each depth in `MEMORY_DEPTHS`, stored and
+    recomputed: `{"stored": {depth: bytes}, "recomputed": {...}}`.
+
+    On TensorFlow the measurements run in a fresh Python process: the CPU
+    allocator's peak counts every thread of the process, and threads that
+    earlier tests of a worker left running (tf.data's) once allocated 1.8 MB
+    during all three measured calls of a full CI run.
+    """
+    if BACKEND == "tensorflow" and "AZK_MEASURING_MEMORY" not in os.environ:
+        code = "import json, tests.layers.test_reversible as t; print(json.dumps(t.training_memories()))"
+        environment = {**os.environ, "AZK_MEASURING_MEMORY": "1"}
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=environment, cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        measured = json.loads(run.stdout.splitlines()[-1])
+        return {kind: {int(depth): size for depth, size in sizes.items()} for kind, sizes in measured.items()}
+    return {
+        kind: {depth: training_memory(depth, recompute=kind == "recomputed") for depth in MEMORY_DEPTHS}
+        for kind in ("stored", "recomputed")
+    }
+
+
 def test_training_memory_does_not_grow_with_depth_when_recomputing():
     if not backend_support.supports_custom_gradients():
         pytest.skip(f"no recomputation on {BACKEND}")
-    stored = {n: training_memory(n, recompute=False) for n in (2, 8)}
-    recomputed = {n: training_memory(n, recompute=True) for n in (2, 8)}
+    memories = training_memories()
+    stored, recomputed = memories["stored"], memories["recomputed"]
     # The measurement sees activations: ordinary residuals keep several per layer.
     assert stored[8] - stored[2] >= 6 * 4 * ACTIVATION_BYTES, stored
     # Recomputation keeps the last outputs only, whatever the depth (the
