@@ -37,13 +37,18 @@ def _tiny_lm():
 
 
 def _greedy_by_full_passes(lm, max_length):
-    """Greedy continuations of `PROMPTS`, one full eager forward pass per token."""
+    """Greedy continuations of `PROMPTS`, one full eager forward pass per
+    token over the row so far, right-padded to `max_length`: the model is
+    causal, so its logits at the row's last position do not see the padding
+    (and with one input shape JAX compiles its eager operations once)."""
     rows = []
     for ids, mask in zip(PROMPTS["token_ids"], PROMPTS["padding_mask"]):
         row = [int(i) for i in ids[mask]]
         while len(row) < max_length:
-            logits = lm({"token_ids": np.array([row]), "padding_mask": np.ones((1, len(row)), bool)})
-            row.append(int(np.argmax(keras.ops.convert_to_numpy(logits)[0, -1])))
+            padded = np.zeros((1, max_length), "int32")
+            padded[0, : len(row)] = row
+            logits = lm({"token_ids": padded, "padding_mask": np.arange(max_length)[None, :] < len(row)})
+            row.append(int(np.argmax(keras.ops.convert_to_numpy(logits)[0, len(row) - 1])))
         rows.append(row)
     return rows
 
