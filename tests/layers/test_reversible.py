@@ -409,7 +409,7 @@ def training_memory(num_layers, recompute):
         # The least of three calls (see `training_memories` for why in a
         # process of its own).
         for _ in range(3):
-            gc.collect()
+            gc.collect()  # no tensors of earlier calls freed (and counted) during the step
             tf.config.experimental.reset_memory_stats("CPU:0")
             before = tf.config.experimental.get_memory_info("CPU:0")["current"]
             step(x)
@@ -443,9 +443,10 @@ def training_memories():
     recomputed: `{"stored": {depth: bytes}, "recomputed": {...}}`.
 
     On TensorFlow the measurements run in a fresh Python process: the CPU
-    allocator's peak counts every thread of the process, and threads that
-    earlier tests of a worker left running (tf.data's) once allocated 1.8 MB
-    during all three measured calls of a full CI run.
+    allocator's peak counts every thread of the process, and in a full CI
+    run something else in the test worker allocated 1.8 MB during all three
+    measured calls (alone, the measurement varies by under 0.1 MB from run
+    to run).
     """
     if BACKEND == "tensorflow" and "AZK_MEASURING_MEMORY" not in os.environ:
         code = "import json, tests.layers.test_reversible as t; print(json.dumps(t.training_memories()))"
