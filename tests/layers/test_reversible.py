@@ -6,7 +6,6 @@ stack deepens, and inference calls that draw nothing."""
 
 import gc
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -435,12 +434,9 @@ def training_memory(num_layers, recompute):
     pytest.skip(f"no autodiff on {BACKEND}")
 
 
-MEMORY_DEPTHS = (2, 8)
-
-
 def training_memories():
-    """`training_memory` of each depth in `MEMORY_DEPTHS`, stored and
-    recomputed: `{"stored": {depth: bytes}, "recomputed": {...}}`.
+    """`training_memory` of 2 and 8 layers, stored and recomputed:
+    `{"stored": {2: bytes, 8: bytes}, "recomputed": {...}}`.
 
     On TensorFlow the measurements run in a fresh Python process: the CPU
     allocator's peak counts every thread of the process, and in a full CI
@@ -448,17 +444,18 @@ def training_memories():
     measured calls (alone, the measurement varies by under 0.1 MB from run
     to run).
     """
-    if BACKEND == "tensorflow" and "AZK_MEASURING_MEMORY" not in os.environ:
-        code = "import json, tests.layers.test_reversible as t; print(json.dumps(t.training_memories()))"
-        environment = {**os.environ, "AZK_MEASURING_MEMORY": "1"}
-        run = subprocess.run(
-            [sys.executable, "-c", code], env=environment, cwd=ROOT, capture_output=True, text=True, check=False
-        )
-        assert run.returncode == 0, run.stderr[-4000:]
-        measured = json.loads(run.stdout.splitlines()[-1])
-        return {kind: {int(depth): size for depth, size in sizes.items()} for kind, sizes in measured.items()}
+    if BACKEND != "tensorflow":
+        return _training_memories_in_this_process()
+    code = "import json, tests.layers.test_reversible as t; print(json.dumps(t._training_memories_in_this_process()))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-4000:]
+    measured = json.loads(run.stdout.splitlines()[-1])
+    return {kind: {int(depth): size for depth, size in sizes.items()} for kind, sizes in measured.items()}
+
+
+def _training_memories_in_this_process():
     return {
-        kind: {depth: training_memory(depth, recompute=kind == "recomputed") for depth in MEMORY_DEPTHS}
+        kind: {depth: training_memory(depth, recompute=kind == "recomputed") for depth in (2, 8)}
         for kind in ("stored", "recomputed")
     }
 
