@@ -159,8 +159,9 @@ def check_token_inputs(inputs, vocabulary_size, max_sequence_length=None, prefix
 
 
 def is_concrete_features(x):
-    """Whether `x` is a dict of concrete arrays (checkable now)."""
-    return isinstance(x, dict) and all(backend_support.is_concrete(v) for v in x.values())
+    """Whether `x` is a dict of concrete arrays (checkable now; `None` for
+    an optional input left out)."""
+    return isinstance(x, dict) and all(v is None or backend_support.is_concrete(v) for v in x.values())
 
 
 def _without_mixed_types(inputs):
@@ -169,7 +170,7 @@ def _without_mixed_types(inputs):
     output back — Transformer-XL's memory — with new numpy ids makes one)."""
     if not isinstance(inputs, dict):
         return inputs
-    is_array = [isinstance(v, (np.ndarray, list)) for v in inputs.values()]
+    is_array = [isinstance(v, (np.ndarray, list)) for v in inputs.values() if v is not None]
     if all(is_array) or not any(is_array):
         return inputs
     return {k: keras.ops.convert_to_tensor(v) if isinstance(v, (np.ndarray, list)) else v for k, v in inputs.items()}
@@ -210,6 +211,21 @@ def _input_names(model):
     return list(inputs) if isinstance(inputs, dict) else None
 
 
+def _optional_input_names(model):
+    """The names of `model`'s inputs that may be left out (`keras.Input(..., optional=True)`)."""
+    return {layer.name for layer in model.layers if isinstance(layer, keras.layers.InputLayer) and layer.optional}
+
+
+def _lone_input_name(model):
+    """The name of `model`'s one required input when it takes a dict with
+    exactly one (a ViT's `images`, Transformer-XL's `token_ids`), else `None`."""
+    names = _input_names(model)
+    if names is None:
+        return None
+    required = [name for name in names if name not in _optional_input_names(model)]
+    return required[0] if len(required) == 1 else None
+
+
 class ValidatesInputs:
     """Mixin for `keras.Model`s: every batch of every input path is checked
     before it reaches a compiled graph — concrete feature dicts given to
@@ -218,9 +234,10 @@ class ValidatesInputs:
     `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
     (checked as they are produced, `checked_batches`). A check is the
     model's `validate_inputs` on the features (after their names) and
-    `validate_labels` on the labels. An error raised while those loops run
-    (a bad batch) reaches the caller as itself, and leaves the model's
-    weights in place (`backend_support.variables_restored_on_error`).
+    `validate_labels` on the labels. A model with one required input takes
+    it bare as well as in its dict (`as_features`). An error raised while
+    those loops run (a bad batch) reaches the caller as itself, and leaves
+    the model's weights in place (`backend_support.variables_restored_on_error`).
 
     A backbone whose graph needs a static sequence length (the Reformer's
     chunked attention) sets `static_sequence_length = True`: on a backend
@@ -251,7 +268,7 @@ class ValidatesInputs:
                 f"{type(self).__name__} has no input named '{unknown[0]}'.{did_you_mean(unknown[0], expected)} "
                 f"Its inputs: {', '.join(expected)}."
             )
-        optional = {layer.name for layer in self.layers if isinstance(layer, keras.layers.InputLayer) and layer.optional}
+        optional = _optional_input_names(self)
         missing = [name for name in expected if name not in inputs and name not in optional]
         if missing:
             raise ValueError(
@@ -259,10 +276,33 @@ class ValidatesInputs:
                 f"{', '.join(repr(name) for name in missing)}; got only {', '.join(map(repr, inputs)) or 'none'}."
             )
 
+    def as_features(self, x):
+        """`x` as the feature dict this model takes: a lone array or tensor
+        given to a model with one required input (a ViT's `images`) becomes
+        `{name: x}`, so that it is checked like the dict and reaches Keras
+        without its input-structure warning; anything else is returned as
+        it is."""
+        if isinstance(x, (dict, list, tuple)) or not hasattr(x, "shape"):
+            return x
+        name = _lone_input_name(self)
+        return x if name is None else {name: x}
+
+    def _graph_inputs(self, inputs):
+        """`as_features(inputs)`, with `None` for each optional input a dict
+        leaves out (Transformer-XL's `reset_memory`): the structure Keras'
+        functional call takes without a warning."""
+        inputs = self.as_features(inputs)
+        if not isinstance(inputs, dict):
+            return inputs
+        left_out = [name for name in _optional_input_names(self) if name not in inputs]
+        return {**inputs, **dict.fromkeys(left_out)} if left_out else inputs
+
     def validate_batch(self, batch):
         """Checks one batch, `x`, `(x, y)` or `(x, y, sample_weight)`: the
-        names and values of a feature dict `x`, and labels `y`."""
+        names and values of a feature dict `x` (or of a lone array, see
+        `as_features`), and labels `y`."""
         x, y, _ = keras.utils.unpack_x_y_sample_weight(batch)
+        x = self.as_features(x)
         if isinstance(x, dict):
             x = {name: None if value is None else as_numpy(value) for name, value in x.items()}
             self._check_input_names(x)
@@ -314,6 +354,7 @@ class ValidatesInputs:
         del arguments["self"]
         extra = arguments.pop("kwargs", {})
         self._require_inputs(method, arguments["x"])
+        arguments["x"] = self.as_features(arguments["x"])
         check = BatchCheck(self.validate_batch)
         if method in ("fit", "evaluate", "predict"):
             self._prepare_functions(arguments["x"])
@@ -327,8 +368,13 @@ class ValidatesInputs:
             return getattr(super(), method)(**arguments, **extra)
 
     def __call__(self, inputs, *args, **kwargs):
+        inputs = self._graph_inputs(inputs)
         self._validate_if_concrete(inputs)
         return super().__call__(_without_mixed_types(inputs), *args, **kwargs)
+
+    def call(self, inputs, *args, **kwargs):
+        # JAX's compiled steps reach `call` through `stateless_call`, not `__call__`.
+        return super().call(self._graph_inputs(inputs), *args, **kwargs)
 
     def fit(self, *args, **kwargs):
         return self._run_checked("fit", args, kwargs)

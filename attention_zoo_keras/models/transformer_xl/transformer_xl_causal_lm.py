@@ -134,18 +134,6 @@ class TransformerXLCausalLM(CausalLM):
         self.tie_projections = tie_projections
         self._stream_memory = []
 
-    def __call__(self, inputs, *args, **kwargs):
-        if isinstance(inputs, dict) and "reset_memory" not in inputs:
-            self._validate_if_concrete(inputs)
-            inputs = {**inputs, "reset_memory": None}  # optional: no row starts afresh
-        return super().__call__(inputs, *args, **kwargs)
-
-    def call(self, inputs, *args, **kwargs):
-        # JAX's compiled steps reach `call` through `stateless_call`, not `__call__`.
-        if isinstance(inputs, dict) and "reset_memory" not in inputs:
-            inputs = {**inputs, "reset_memory": None}
-        return super().call(inputs, *args, **kwargs)
-
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdam(2.5e-4, clipnorm=0.25),

@@ -29,6 +29,9 @@ class ViTImageClassifier(Task):
         num_classes: int. The number of classes.
         preprocessor: `ViTImageConverter` or None. So `fit` / `predict` take
             raw images (uint8 or 0–255 float arrays of any size, PIL images).
+            Without it, and in the `*_on_batch` methods, the model takes
+            normalized float images `(batch, height, width, channels)` at
+            the backbone's size, bare or as `{"images": images}`.
         pooling: str. `"token"` (the class token, as ViT) or `"mean"` (the
             mean of the patch tokens).
         dropout: float. Dropout before the classifier.

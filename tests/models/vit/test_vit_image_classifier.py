@@ -2,7 +2,10 @@
 `ViTForImageClassification` and its Pillow image processor on the same uint8
 images of assorted sizes (logits within 1e-4), at the trained resolution and
 at another one; class names and top-k; new heads; saving; the converter's
-input handling; and training on a real data set (scikit-learn's digits)."""
+input handling; a lone array of images taken as the `images` input; and
+training on a real data set (scikit-learn's digits)."""
+
+import warnings
 
 import keras
 import numpy as np
@@ -155,6 +158,39 @@ def test_classifier_argument_errors():
     classifier = ViTImageClassifier(backbone, num_classes=2)
     with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 2\]"):
         classifier.predict({"images": np.zeros((1, 16, 16, 3), "float32")}, top_k=5, verbose=0)
+
+
+def test_a_lone_array_of_images_is_the_images_input():
+    """Images given bare (not as `{"images": ...}`) reach the model as its
+    one input by every path, without Keras' input-structure warning, and get
+    the library's checks."""
+    backbone = ViTBackbone(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=8)
+    classifier = ViTImageClassifier(backbone, num_classes=3)
+    classifier.compile(optimizer=keras.optimizers.SGD(0.0))
+    rng = np.random.default_rng(0)
+    images = rng.random((4, 16, 16, 3)).astype("float32")
+    labels = np.array([0, 1, 2, 1], "int32")
+    expected = keras.ops.convert_to_numpy(classifier({"images": images}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(classifier(images)), expected, atol=1e-6)
+        np.testing.assert_allclose(classifier.predict(images, verbose=0), expected, atol=1e-6)
+        np.testing.assert_allclose(classifier.predict_on_batch(images), expected, atol=1e-6)
+        classifier.fit(images, labels, validation_data=(images, labels), batch_size=2, verbose=0)
+        classifier.fit(((images, labels) for _ in range(2)), verbose=0)
+        classifier.evaluate(images, labels, verbose=0)
+        classifier.train_on_batch(images, labels)
+    assert not [str(w.message) for w in caught if "structure of `inputs`" in str(w.message)]
+
+    with pytest.raises(ValueError, match=r"'images' are \(20, 20\) \(height, width\), but this ViTBackbone"):
+        classifier.predict_on_batch(np.zeros((2, 20, 20, 3), "float32"))
+    with pytest.raises(ValueError, match="It looks channels-first"):
+        classifier.predict(np.zeros((2, 3, 16, 16), "float32"), verbose=0)
+    wrong_size = (np.zeros((2, 20, 20, 3), "float32"), labels[:2])
+    with pytest.raises(ValueError, match=r"'images' are \(20, 20\)"):
+        classifier.fit((batch for batch in [(images, labels), wrong_size]), verbose=0)
+    with pytest.raises(ValueError, match=r"'images' are \(20, 20\)"):
+        classifier(np.zeros((2, 20, 20, 3), "float32"))
 
 
 @pytest.mark.slow
