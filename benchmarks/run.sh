@@ -15,6 +15,7 @@
 # streaming            jax tensorflow torch
 # decoding_controls    jax tensorflow torch
 # train_on_batch_overhead jax tensorflow torch
+# vit                  jax tensorflow torch
 # translation          jax tensorflow torch
 # transformer_xl_eval  jax tensorflow torch
 # attention_scaling    jax tensorflow torch     plot PLOT (docs/attention_scaling.png)
@@ -190,7 +191,7 @@ nice=()
 case "$NAME" in
     setup) setup; exit $? ;;
     -h|--help|help) usage ;;
-    bert|gpt_generation|streaming|decoding_controls|translation|transformer_xl_eval|train_on_batch_overhead)
+    bert|gpt_generation|streaming|decoding_controls|translation|transformer_xl_eval|train_on_batch_overhead|vit)
         default_backends="jax tensorflow torch" ;;
     attention_scaling|linear_generation) default_backends="jax tensorflow torch"; plot_default="docs/$NAME.png" ;;
     reformer)
