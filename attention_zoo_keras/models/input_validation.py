@@ -372,9 +372,11 @@ class ValidatesInputs:
         self._validate_if_concrete(inputs)
         return super().__call__(_without_mixed_types(inputs), *args, **kwargs)
 
-    def call(self, inputs, *args, **kwargs):
-        # JAX's compiled steps reach `call` through `stateless_call`, not `__call__`.
-        return super().call(self._graph_inputs(inputs), *args, **kwargs)
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # JAX's compiled steps reach `call` through `stateless_call`, not
+        # `__call__`. `training` stays in the signature: Keras' trainers pass
+        # `training=True` only to a `call` that names it.
+        return super().call(self._graph_inputs(inputs), training=training, mask=mask, **kwargs)
 
     def fit(self, *args, **kwargs):
         return self._run_checked("fit", args, kwargs)
