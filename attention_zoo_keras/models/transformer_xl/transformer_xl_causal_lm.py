@@ -65,7 +65,8 @@ class TransformerXLCausalLM(CausalLM):
             model), none without.
 
     Inputs: a dict of `token_ids` `(batch, length)` and optionally
-    `reset_memory` `(batch,)` bool. Output: log-probabilities `(batch,
+    `reset_memory` `(batch,)` bool, or the `token_ids` alone (a 2-D array;
+    a 1-D one is a token stream, below). Output: log-probabilities `(batch,
     length, vocabulary_size)` in float32. Each call continues the memory of
     the previous one (rows marked `reset_memory` start afresh); `fit`,
     `evaluate` and `predict` on raw text or a 1-D token stream cut it into

@@ -271,6 +271,18 @@ def test_out_of_range_ids_are_refused_before_the_graph():
         lm.generate({"token_ids": np.array([[VOCABULARY_SIZE]])}, max_new_tokens=2)
 
 
+def test_token_ids_alone_are_the_token_ids_input():
+    lm = _lm()
+    tokens = _tokens(2, 5)
+    expected = _numpy(lm({"token_ids": tokens, "reset_memory": np.ones((2,), bool)}))
+    lm.reset_memory(2)
+    np.testing.assert_allclose(_numpy(lm(tokens)), expected, atol=1e-6)
+    lm.reset_memory(2)
+    np.testing.assert_allclose(_numpy(lm.predict_on_batch(tokens)), expected, atol=1e-5)  # compiled vs eager
+    with pytest.raises(ValueError, match="outside the valid range"):
+        lm(np.array([[1, VOCABULARY_SIZE]]))
+
+
 def test_config_round_trip_rebuilds_the_same_model():
     lm = _lm(same_length=False, per_layer_biases=False, norm_first=True)
     ids = _tokens(2, 5)
