@@ -5,7 +5,8 @@ Keras' trainers pass `training=True` only to a model whose `call` names
 trains without dropout. With the learning rate 0 and dropout on, two
 training steps on one batch must give different losses (other dropout
 masks) and two evaluation steps the same one, for a task with one input
-(ViT), with an optional input (Transformer-XL) and with several (BERT).
+(ViT), with an optional input (Transformer-XL) and with several (BERT's
+classifier, GPT's causal LM).
 """
 
 import keras
@@ -14,6 +15,8 @@ import pytest
 
 from attention_zoo_keras.models import BertBackbone
 from attention_zoo_keras.models import BertTextClassifier
+from attention_zoo_keras.models import GPTBackbone
+from attention_zoo_keras.models import GPTCausalLM
 from attention_zoo_keras.models import ViTBackbone
 from attention_zoo_keras.models import ViTImageClassifier
 from attention_zoo_keras.models.transformer_xl import TransformerXLBackbone
@@ -51,7 +54,17 @@ def _bert():
     return BertTextClassifier(backbone, num_classes=2, dropout=DROPOUT), features, np.array([0, 1, 1, 0], "int32")
 
 
-@pytest.mark.parametrize("make", [_vit, _transformer_xl, _bert], ids=["vit", "transformer_xl", "bert"])
+def _gpt():
+    backbone = GPTBackbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=6,
+        dropout=DROPOUT,
+    )
+    tokens = np.random.default_rng(0).integers(0, 20, (2, 6)).astype("int32")
+    features = {"token_ids": tokens[:, :-1], "padding_mask": np.ones((2, 5), "int32")}
+    return GPTCausalLM(backbone), features, tokens[:, 1:]
+
+
+@pytest.mark.parametrize("make", [_vit, _transformer_xl, _bert, _gpt], ids=["vit", "transformer_xl", "bert", "gpt"])
 def test_training_steps_drop_out_and_evaluation_steps_do_not(make):
     keras.utils.set_random_seed(0)
     model, x, y = make()
