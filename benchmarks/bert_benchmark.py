@@ -126,6 +126,7 @@ from benchmarks.contenders import select_contenders
 from benchmarks.contenders import summarise
 from benchmarks.contenders import time_interleaved
 from benchmarks.contenders import timed_call
+from benchmarks.contenders import transformers_optimizer
 from benchmarks.contenders import with_setting
 from benchmarks.timing import cpu_line
 from benchmarks.timing import cpu_model
@@ -448,12 +449,7 @@ def transformers_step(inputs, config, mode, dtype, device, outputs, compiled=Fal
         return model, infer, path, None
 
     model.to(device).train()
-    if device == "cuda":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=True)
-        optimizer_name = "torch.optim.AdamW(fused=True, weight_decay=0.0)"
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-        optimizer_name = "torch.optim.Adam"
+    optimizer, optimizer_name = transformers_optimizer(model.parameters(), LEARNING_RATE, device)
     target = torch.zeros(inputs["token_ids"].shape[0], config["hidden_dim"], device=device)
 
     def train():

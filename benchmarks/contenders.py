@@ -67,6 +67,20 @@ def with_setting(function, owner, name, value):
     return call
 
 
+def transformers_optimizer(parameters, learning_rate, device):
+    """`(optimizer, name)` for a `transformers` contender's training step:
+    on CUDA `torch.optim.AdamW(fused=True, weight_decay=0.0)`, the fused
+    kernel `transformers`' `Trainer` defaults to (without weight decay its
+    update is Adam's); elsewhere `torch.optim.Adam`. torch is imported here,
+    by the caller's contender only."""
+    import torch
+
+    if device == "cuda":
+        optimizer = torch.optim.AdamW(parameters, lr=learning_rate, weight_decay=0.0, fused=True)
+        return optimizer, "torch.optim.AdamW(fused=True, weight_decay=0.0)"
+    return torch.optim.Adam(parameters, lr=learning_rate), "torch.optim.Adam"
+
+
 def round_robin(names, rounds):
     """The order of each of `rounds` rounds: `names` rotated by one more
     place every round."""

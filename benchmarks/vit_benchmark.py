@@ -46,12 +46,13 @@ Example::
 """
 
 import argparse
-import time
 
 from benchmarks.contenders import RATIO_NOTE
 from benchmarks.contenders import ratio_cells
 from benchmarks.contenders import select_contenders
 from benchmarks.contenders import time_rounds
+from benchmarks.contenders import timed_call
+from benchmarks.contenders import transformers_optimizer
 from benchmarks.timing import cpu_line
 from benchmarks.timing import device_description
 from benchmarks.timing import device_synchronizer
@@ -149,10 +150,7 @@ def transformers_step(name, mode, config, images, labels, device):
         compiled = "torch.compile(model.forward), " if name == "transformers_compiled" else ""
         return infer, f"{compiled}eval + torch.no_grad() (sdpa), logits to numpy"
     model.train()
-    if device == "cuda":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=True)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    optimizer, optimizer_name = transformers_optimizer(model.parameters(), LEARNING_RATE, device)
     targets = torch.from_numpy(labels).long().to(device)
 
     def train():
@@ -162,7 +160,7 @@ def transformers_step(name, mode, config, images, labels, device):
         optimizer.step()
         return float(loss.detach())
 
-    return train, f"forward, backward, {type(optimizer).__name__} step (sdpa)"
+    return train, f"forward, backward, {optimizer_name} step (sdpa)"
 
 
 def main(argv=None):
@@ -205,10 +203,7 @@ def main(argv=None):
                 step, path = transformers_step(name, mode, config, images, labels, device)
             else:
                 step, path = keras_step(name, mode, config, keras_images, keras_labels)
-            start = time.perf_counter()
-            step()
-            synchronize()
-            first = time.perf_counter() - start
+            _, first, _ = timed_call(step, synchronize)
             for _ in range(2):
                 step()
             steps[name] = lambda step=step: (step(), synchronize())
