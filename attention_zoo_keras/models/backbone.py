@@ -12,7 +12,7 @@ from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.exports_to_transformers import ExportsToTransformers
-from attention_zoo_keras.models.input_validation import ValidatesInputs
+from attention_zoo_keras.models.validates_inputs import ValidatesInputs
 from attention_zoo_keras.models.layout_maps import Distributable
 from attention_zoo_keras.models.lora import LoRA
 from attention_zoo_keras.models.quantization import Quantizes

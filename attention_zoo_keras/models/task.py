@@ -15,7 +15,7 @@ from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
 from attention_zoo_keras.models.exports_to_transformers import ExportsToTransformers
-from attention_zoo_keras.models.input_validation import ValidatesInputs
+from attention_zoo_keras.models.validates_inputs import ValidatesInputs
 from attention_zoo_keras.models.lora import DEFAULT_TARGET_NAMES
 from attention_zoo_keras.models.lora import merged_copy
 from attention_zoo_keras.models.quantization import Quantizes
