@@ -17,7 +17,9 @@ keeping what is below cuts a step's CPU time by a third (27.5 → 18.3 ms;
 - the four variable lists, listed once per set of step functions (Keras
   makes its step functions anew whenever the variables change: after
   `compile()`, which it asks for after `trainable` changes, or when this
-  library adds or replaces variables: LoRA, quantization);
+  library adds or replaces variables: LoRA, quantization; the library's
+  models also make their evaluation and prediction functions anew when a
+  `trainable` flag changed without `compile()`, `models.trainable_changes`);
 - the values read and assigned back directly (`_direct_assign`, which still
   places each on its layout under a distribution), without converting and
   checking shapes the compiled step already fixed;

@@ -19,6 +19,7 @@ from attention_zoo_keras.models.quantization import Quantizes
 from attention_zoo_keras.models.quantization import dtype_policy_config
 from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
+from attention_zoo_keras.models.trainable_changes import FollowsTrainableChanges
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.user_warnings import warn
 
@@ -43,7 +44,7 @@ class PresetsOfFamily:
         return list_presets(family=owner.family)
 
 
-class Backbone(ValidatesInputs, TracedSteps, JaxTrainerState, Quantizes, LoRA, Distributable, ExportsToTransformers, ServingExport, keras.Model):
+class Backbone(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerState, Quantizes, LoRA, Distributable, ExportsToTransformers, ServingExport, keras.Model):
     """A model family's network without a task head.
 
     Subclasses build a functional graph in `__init__` (every layer named, so

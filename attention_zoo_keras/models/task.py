@@ -22,6 +22,7 @@ from attention_zoo_keras.models.quantization import Quantizes
 from attention_zoo_keras.models.quantization import dtype_policy_config
 from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
+from attention_zoo_keras.models.trainable_changes import FollowsTrainableChanges
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import check_arguments
@@ -39,7 +40,7 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, TracedSteps, JaxTrainerState, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
+class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerState, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
