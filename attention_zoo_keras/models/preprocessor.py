@@ -8,10 +8,16 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from attention_zoo_keras.hub.native_preset_loader import NativePresetLoader
+from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import write_preprocessor_files
 from attention_zoo_keras.hub.preset_loader import get_preset_loader
+from attention_zoo_keras.hub.source import PresetFileError
+from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.models.preprocessed_batches import take
 from attention_zoo_keras.registration import check_arguments
+from attention_zoo_keras.registration import registered_class
+from attention_zoo_keras.registration import serialize
 
 
 def first_non_finite(values):
@@ -161,3 +167,23 @@ class Preprocessor:
             write_preprocessor_files(self, Path(staging))
             for path in Path(staging).iterdir():
                 os.replace(path, directory / path.name)
+
+
+def read_preprocessor_files(directory, model):
+    """The preprocessor of `model` whose files `write_preprocessor_files`
+    wrote into `directory` (`preprocessor.json`, naming its class, and its
+    tokenizer's files): a task's preprocessor in a `.keras` archive's assets.
+
+    Raises:
+        PresetFileError: the files are missing or unreadable, or name a
+            registered class that is not a preprocessor.
+        UnregisteredClassError: they name a class this library did not register.
+    """
+    source = PresetSource.of(str(directory))
+    where = f"{PREPROCESSOR_FILE} of '{source.description}'"
+    data = source.json(PREPROCESSOR_FILE)
+    saved_cls = registered_class(data.get("class_name") if isinstance(data, dict) else None, source=where)
+    if not (isinstance(saved_cls, type) and issubclass(saved_cls, Preprocessor)):
+        raise PresetFileError(f"{where} names {saved_cls.__name__}, which is not a preprocessor.")
+    # A native preset of `model` whose files are the preprocessor's alone.
+    return saved_cls.from_preset(NativePresetLoader(source, serialize(model)))

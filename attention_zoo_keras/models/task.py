@@ -3,10 +3,14 @@ loss and optimizer, and an attached preprocessor so `fit`, `predict` and
 `evaluate` take raw inputs (strings, images).
 """
 
+from pathlib import Path
+
 import keras
 
 from attention_zoo_keras.backend_support import JaxTrainerState
+from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
 from attention_zoo_keras.hub.preset_format import save_preset
+from attention_zoo_keras.hub.preset_format import write_preprocessor_files
 from attention_zoo_keras.hub.preset_loader import get_preset_loader
 from attention_zoo_keras.hub.weights import DEFAULT_MAX_SHARD_SIZE
 from attention_zoo_keras.hub.weights import assign_weights
@@ -24,6 +28,7 @@ from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.models.trainable_changes import FollowsTrainableChanges
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
+from attention_zoo_keras.models.preprocessor import read_preprocessor_files
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import check_arguments
 from attention_zoo_keras.registration import deserialize
@@ -142,6 +147,29 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         # layers are recorded in the backbone's policy map.
         backbone["config"]["dtype"] = dtype_policy_config(self, self.backbone.dtype_policy)
         return {"backbone": backbone, "name": self.name, "trainable": self.trainable}
+
+    # --- Keras' own format (`model.save("model.keras")`, `ModelCheckpoint`) ---
+
+    def compile_from_config(self, config):
+        """Restores the `compile()` arguments a `.keras` file holds when
+        `keras.saving.load_model` reads it (Keras' own method skips any model
+        that overrides `compile`), and builds the optimizer so that its saved
+        state (step count, moments) loads too."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def save_assets(self, dir_path):
+        """Keeps the preprocessor in a `.keras` file: its files
+        (`preprocessor.json`, the tokenizer's) go into the archive's assets,
+        so that the loaded task takes raw inputs as this one does."""
+        if self.preprocessor is not None:
+            write_preprocessor_files(self.preprocessor, Path(dir_path))
+
+    def load_assets(self, dir_path):
+        """Attaches the preprocessor `save_assets` wrote, if there is one."""
+        if (Path(dir_path) / PREPROCESSOR_FILE).is_file():
+            self.preprocessor = read_preprocessor_files(dir_path, self)
 
     # --- adaptation --------------------------------------------------------
 
