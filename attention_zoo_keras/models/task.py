@@ -3,6 +3,7 @@ loss and optimizer, and an attached preprocessor so `fit`, `predict` and
 `evaluate` take raw inputs (strings, images).
 """
 
+import math
 from pathlib import Path
 
 import keras
@@ -28,6 +29,7 @@ from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
 from attention_zoo_keras.models.trainable_changes import FollowsTrainableChanges
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
+from attention_zoo_keras.models.preprocessed_batches import take
 from attention_zoo_keras.models.preprocessor import read_preprocessor_files
 from attention_zoo_keras.optimizers.fused_adam import FusedAdam
 from attention_zoo_keras.registration import check_arguments
@@ -104,27 +106,58 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
             return batches, None, None, None
         return x, y, sample_weight, batch_size
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None, **kwargs):
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None,
+            validation_split=0.0, **kwargs):
         """`keras.Model.fit`, taking raw inputs when a preprocessor is attached.
 
-        `validation_data` may be raw too: `(texts, labels)`, or raw inputs
-        that hold their own labels (a seq2seq task's `(sources, targets)`).
+        `validation_data` may be raw too: `(texts, labels)` (with sample
+        weights as a third item, if any), or raw inputs that hold their own
+        labels (a seq2seq task's `(sources, targets)`). `validation_split`
+        works on raw inputs as Keras' does on arrays: the last fraction of the
+        examples (before any shuffling) is held out for validation.
         """
         self._require_inputs("fit", x)
         self._ensure_compiled()
+        if validation_split and validation_data is None and self._is_raw(x):
+            (x, y, sample_weight), validation_data = self._split_off_validation(x, y, sample_weight, validation_split)
+            validation_split = 0.0
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, shuffle)
         if isinstance(x, PreprocessedBatches):
             shuffle = False  # the batches shuffle themselves, every epoch
-        if self.preprocessor is not None and self.preprocessor.is_raw(validation_data):
+        if self._is_raw(validation_data):
             validation_data, _, _, _ = self._as_dataset(validation_data, None, None, batch_size, False)
-        elif isinstance(validation_data, tuple):
-            validation_x, validation_y = validation_data[0], validation_data[1] if len(validation_data) > 1 else None
-            if self.preprocessor is not None and self.preprocessor.is_raw(validation_x):
-                validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, None, batch_size, False)
+        elif isinstance(validation_data, tuple) and self._is_raw(validation_data[0]):
+            validation_x, validation_y, validation_weight = (tuple(validation_data) + (None, None))[:3]
+            validation_data, _, _, _ = self._as_dataset(validation_x, validation_y, validation_weight, batch_size, False)
         return super().fit(
             x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight,
-            shuffle=shuffle, validation_data=validation_data, **kwargs
+            shuffle=shuffle, validation_data=validation_data, validation_split=validation_split, **kwargs
         )
+
+    def _is_raw(self, x):
+        return self.preprocessor is not None and self.preprocessor.is_raw(x)
+
+    def _split_off_validation(self, x, y, sample_weight, validation_split):
+        """`((x, y, sample_weight) to train on, validation data)`: raw `x`
+        (and `y`, `sample_weight`) split where Keras splits arrays, the last
+        `validation_split` of the examples held out."""
+        if not 0.0 < validation_split < 1.0:
+            raise ValueError(f"validation_split must be between 0 and 1; got {validation_split}.")
+        count = self.preprocessor.num_examples(x)
+        split_at = int(math.floor(count * (1.0 - validation_split)))
+        if split_at in (0, count):
+            raise ValueError(
+                f"The raw training data holds {count} examples, too few to hold out validation_split="
+                f"{validation_split} of them for validation and keep the rest for training."
+            )
+        parts = []
+        for indices in (range(split_at), range(split_at, count)):
+            parts.append((self.preprocessor.examples(x, indices), take(y, indices), take(sample_weight, indices)))
+        training, (validation_x, validation_y, validation_weight) = parts
+        validation = validation_x if validation_y is None and validation_weight is None else (
+            (validation_x, validation_y) if validation_weight is None else (validation_x, validation_y, validation_weight)
+        )
+        return training, validation
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """`keras.Model.evaluate`, taking raw inputs when a preprocessor is attached."""

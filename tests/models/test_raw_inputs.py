@@ -245,6 +245,42 @@ def test_fit_takes_later_batches_wider_than_the_first_two():
     assert np.isfinite(history.history["loss"][0])
 
 
+def _raw_classifier():
+    keras.utils.set_random_seed(0)
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=40)
+    classifier = azk.models.BertTextClassifier(tiny_bert(), num_classes=2, preprocessor=preprocessor, dropout=0.0)
+    classifier.compile(optimizer=keras.optimizers.SGD(0.5), weighted_metrics=[])
+    return classifier
+
+
+def test_validation_split_holds_out_the_last_raw_examples_as_keras_does_for_arrays():
+    texts = [text(2 + index % 5, offset=index) for index in range(12)]
+    labels, weights = np.arange(12) % 2, np.linspace(0.5, 2.0, 12)
+    split = _raw_classifier()
+    held_out = _raw_classifier()
+    split_history = split.fit(texts, labels, sample_weight=weights, validation_split=0.25, batch_size=3,
+                              epochs=2, shuffle=False, verbose=0)
+    held_out_history = held_out.fit(texts[:9], labels[:9], sample_weight=weights[:9],
+                                    validation_data=(texts[9:], labels[9:], weights[9:]), batch_size=3,
+                                    epochs=2, shuffle=False, verbose=0)
+    for name in ("loss", "val_loss"):
+        np.testing.assert_allclose(split_history.history[name], held_out_history.history[name], rtol=1e-6)
+    for got, expected in zip(split.weights, held_out.weights):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(expected), atol=1e-6)
+    # The sample weights reach the validation loss: without them it differs.
+    unweighted = _raw_classifier().fit(texts[:9], labels[:9], sample_weight=weights[:9],
+                                       validation_data=(texts[9:], labels[9:]), batch_size=3, epochs=2,
+                                       shuffle=False, verbose=0)
+    assert not np.allclose(unweighted.history["val_loss"], split_history.history["val_loss"], rtol=1e-4)
+
+
+def test_validation_split_of_too_few_raw_examples_is_refused():
+    with pytest.raises(ValueError, match=r"holds 3 examples, too few to hold out validation_split=0.9"):
+        _raw_classifier().fit([text(2)] * 3, [0, 1, 0], validation_split=0.9, verbose=0)
+    with pytest.raises(ValueError, match=r"validation_split must be between 0 and 1; got 1.5"):
+        _raw_classifier().fit([text(2)] * 3, [0, 1, 0], validation_split=1.5, verbose=0)
+
+
 # --- raw input that is not text -------------------------------------------------
 
 
