@@ -4,7 +4,10 @@ exported more than once in a process (torch)."""
 
 import contextlib
 import importlib.util
+import itertools
+import types
 
+import keras
 import numpy as np
 
 from attention_zoo_keras.backend_support.environment import backend_name
@@ -42,15 +45,17 @@ def variables_restored_on_error(model):
 
 
 def batches_of_any_width(batches):
-    """`batches` (a `keras.utils.PyDataset` whose batches may differ in
-    width, e.g. text padded per batch to a bucket length) in a form this
-    backend's `fit` / `evaluate` / `predict` take whatever the widths.
+    """`batches` (a `keras.utils.PyDataset`, a generator or a torch
+    `DataLoader` whose batches may differ in width, e.g. text padded per
+    batch to a bucket length) in a form this backend's `fit` / `evaluate` /
+    `predict` take whatever the widths.
 
-    On TensorFlow, Keras' `PyDataset` adapter fixes every array's shape from
-    the first two batches (keras-team/keras#19124), so a later, wider batch
-    is refused. There the batches become a `tf.data.Dataset` (of the same
-    length, calling the dataset's epoch hooks) whose arrays of rank 2
-    (token ids, masks, segment ids, per-token weights) have their second
+    On TensorFlow, Keras' adapters of these fix every array's shape from the
+    first batches (keras-team/keras#19124), so a later, wider batch is
+    refused. There the batches become a `tf.data.Dataset` (of the same
+    length and calling the epoch hooks of a `PyDataset`; read once, as Keras
+    reads a generator) whose arrays of rank
+    2 (token ids, masks, segment ids, per-token weights) have their second
     axis unknown too; arrays of other ranks keep their shapes but the batch
     axis. Elsewhere `batches` is returned as it is.
     """
@@ -62,6 +67,16 @@ def batches_of_any_width(batches):
         array = np.asarray(array)
         shape = (None, None) if array.ndim == 2 else (None, *array.shape[1:])
         return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+
+    if isinstance(batches, types.GeneratorType):
+        first = next(batches)
+        signature = tf.nest.map_structure(spec, first)
+        every_batch = itertools.chain([first], batches)  # one pass, as Keras reads a generator
+        return tf.data.Dataset.from_generator(lambda: every_batch, output_signature=signature)
+    if not isinstance(batches, keras.utils.PyDataset):  # a torch DataLoader: iterable again, with a length
+        signature = tf.nest.map_structure(spec, next(iter(batches)))
+        dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
+        return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
 
     def generate():
         batches.on_epoch_begin()

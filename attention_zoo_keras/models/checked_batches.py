@@ -6,7 +6,9 @@ a `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
 makes its batches while the loop runs, so each is wrapped to run a model's
 checks on every batch before the batch reaches the compiled step (where
 JAX would turn an out-of-range id into NaN). The wrapper keeps the data's
-length, its epochs and its shuffling.
+length, its epochs and its shuffling. A batch of raw inputs (texts, images)
+is first made the model's features by its preprocessor (`BatchCheck.prepare`),
+so a stream of raw batches trains a task as raw arrays do.
 
 `tf.data` and torch are imported by nobody here: a dataset of theirs
 reaches this module only once the user has imported them, and they are
@@ -33,16 +35,24 @@ class BatchCheck:
     Args:
         validate_batch: callable. Called with each batch; raises on a bad
             one.
+        prepare_batch: callable or None. Makes a batch what the model takes
+            (a raw batch preprocessed) before it is checked; `None`: batches
+            are taken as they are.
+        widths_vary: bool. Whether prepared batches may differ in width (a
+            preprocessor that pads each batch to its bucket length).
     """
 
-    def __init__(self, validate_batch):
+    def __init__(self, validate_batch, prepare_batch=None, widths_vary=False):
         self.validate_batch = validate_batch
+        self.prepare = prepare_batch or (lambda batch: batch)
+        self.widths_vary = widths_vary
         self.failure = None
 
     def produce(self, make_batch, *args):
-        """`make_batch(*args)`, checked; an error making or checking it is kept in `failure`."""
+        """`make_batch(*args)`, prepared and checked; an error making,
+        preparing or checking it is kept in `failure`."""
         try:
-            batch = make_batch(*args)
+            batch = self.prepare(make_batch(*args))
             self.validate_batch(batch)
         except Exception as error:
             self.failure = error
@@ -50,7 +60,7 @@ class BatchCheck:
         return batch
 
     def __call__(self, batch):
-        """`batch`, checked."""
+        """`batch`, prepared and checked."""
         return self.produce(lambda: batch)
 
 
@@ -93,9 +103,39 @@ def _checked_generator(generator, check):
         yield check(batch)
 
 
+def _prepared_tf_dataset(dataset, check, tf):
+    """`dataset` of raw batches (strings, images) mapped through a numpy
+    function that prepares (preprocesses) and checks each element, or `None`
+    when its first element needs no preparing. The elements' structure and
+    dtypes are those of the first prepared one, their batch axis (and a
+    rank-2 array's width, which padding per batch varies) left unknown."""
+    first = tf.nest.map_structure(lambda tensor: tensor.numpy(), next(iter(dataset)))
+    prepared = check.prepare(first)
+    if prepared is first:
+        return None
+    structure = tf.nest.map_structure(np.asarray, prepared)
+    leaves = tf.nest.flatten(structure)
+
+    def prepare_element(*parts):
+        element = parts if isinstance(dataset.element_spec, tuple) else parts[0]
+        flat = tf.nest.flatten(element)
+
+        def prepare_arrays(*arrays):
+            batch = check(tf.nest.pack_sequence_as(element, list(arrays)))
+            return [np.asarray(value, dtype=leaf.dtype) for value, leaf in zip(tf.nest.flatten(batch), leaves)]
+
+        outputs = tf.numpy_function(prepare_arrays, flat, [tf.as_dtype(leaf.dtype) for leaf in leaves], stateful=True)
+        for output, leaf in zip(outputs, leaves):
+            output.set_shape((None, None) if leaf.ndim == 2 else (None, *leaf.shape[1:]))
+        return tf.nest.pack_sequence_as(structure, outputs)
+
+    return dataset.map(prepare_element)
+
+
 def _checked_tf_dataset(dataset, check, tf):
     """`dataset.map` with a numpy function that checks each element; the
-    element passes on only after the check (a control dependency)."""
+    element passes on only after the check (a control dependency). Raw
+    batches are prepared too (`_prepared_tf_dataset`)."""
 
     def check_element(*parts):  # `map` passes a tuple element's parts as arguments
         element = parts if isinstance(dataset.element_spec, tuple) else parts[0]
@@ -111,20 +151,41 @@ def _checked_tf_dataset(dataset, check, tf):
 
     if not all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(dataset.element_spec)):
         return dataset  # ragged or sparse parts: a numpy function cannot take them
+    if any(spec.dtype == tf.string for spec in tf.nest.flatten(dataset.element_spec)):
+        prepared = _prepared_tf_dataset(dataset, check, tf)
+        if prepared is not None:
+            return prepared
     return dataset.map(check_element)
 
 
 @functools.cache
 def _checking_loader_class(loader_class):
-    """A subclass of a torch `DataLoader` class whose iteration checks each
-    batch (in the main process, after collation) with `batch_check`."""
+    """A subclass of a torch `DataLoader` class whose iteration prepares and
+    checks each batch (in the main process, after collation) with
+    `batch_check`."""
 
     def __iter__(self):
+        torch = sys.modules["torch"]
         for batch in super(checking, self).__iter__():
-            yield self.batch_check(batch)
+            batch = self.batch_check(_texts_as_lists(batch))
+            # A preprocessed batch holds numpy arrays; Keras' loader adapters take tensors.
+            yield keras.tree.map_structure(
+                lambda value: torch.as_tensor(value) if isinstance(value, np.ndarray) else value, batch
+            )
 
     checking = type(f"Checked{loader_class.__name__}", (loader_class,), {"__iter__": __iter__})
     return checking
+
+
+def _texts_as_lists(batch):
+    """A torch-collated batch with each tuple of strings made a list: torch's
+    default collation gives a batch's texts as a tuple, which the library's
+    preprocessors would read as the segments of one example (a text pair)."""
+    if isinstance(batch, tuple) and batch and all(isinstance(item, str) for item in batch):
+        return list(batch)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_texts_as_lists(item) for item in batch)
+    return batch
 
 
 def _checked_data_loader(loader, check):
@@ -137,23 +198,27 @@ def _checked_data_loader(loader, check):
 
 
 def checked(data, check):
-    """`data` whose batches pass `check` as they are produced: a generator,
-    a `keras.utils.PyDataset`, a `tf.data.Dataset` or a torch `DataLoader`
-    is wrapped; anything else is returned as it is (concrete arrays are
-    checked whole, before the loop). A `PyDataset` whose `widths_vary`
-    (raw inputs padded per batch) becomes what this backend takes with
-    batches of any width (`backend_support.batches_of_any_width`)."""
+    """`data` whose batches are prepared and pass `check` as they are
+    produced: a generator, a `keras.utils.PyDataset`, a `tf.data.Dataset`
+    or a torch `DataLoader` is wrapped; anything else is returned as it is
+    (concrete arrays are checked whole, before the loop). A generator,
+    `PyDataset` or `DataLoader` whose batches may differ in width (raw
+    inputs padded per batch) becomes what this backend takes with batches of any width
+    (`backend_support.batches_of_any_width`)."""
     if isinstance(data, types.GeneratorType):
-        return _checked_generator(data, check)
+        batches = _checked_generator(data, check)
+        return backend_support.batches_of_any_width(batches) if check.widths_vary else batches
     if isinstance(data, keras.utils.PyDataset):
         batches = CheckedPyDataset(data, check)
-        return backend_support.batches_of_any_width(batches) if getattr(data, "widths_vary", False) else batches
+        varies = getattr(data, "widths_vary", False) or check.widths_vary
+        return backend_support.batches_of_any_width(batches) if varies else batches
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(data, tf.data.Dataset):
         return _checked_tf_dataset(data, check, tf)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(data, torch.utils.data.DataLoader):
-        return _checked_data_loader(data, check)
+        loader = _checked_data_loader(data, check)
+        return backend_support.batches_of_any_width(loader) if check.widths_vary else loader
     return data
 
 

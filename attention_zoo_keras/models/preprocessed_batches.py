@@ -59,10 +59,8 @@ class PreprocessedBatches(keras.utils.PyDataset):
 
     @property
     def widths_vary(self):
-        """Whether batches may differ in width: a text preprocessor with
-        `padding="buckets"` pads each batch to its longest row's bucket
-        (with `"max_length"`, and for images, every batch has one shape)."""
-        return getattr(self.preprocessor, "padding", "max_length") != "max_length"
+        """Whether batches may differ in width (`Preprocessor.widths_vary`)."""
+        return self.preprocessor.widths_vary
 
     def __len__(self):
         return math.ceil(self.num_examples / self.batch_size)

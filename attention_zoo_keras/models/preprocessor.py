@@ -74,6 +74,14 @@ class Preprocessor:
         """Whether `x` is raw input this preprocessor should handle."""
         raise NotImplementedError
 
+    @property
+    def widths_vary(self):
+        """Whether the batches it makes may differ in width: a text
+        preprocessor with `padding="buckets"` pads each batch to its longest
+        row's bucket (with `"max_length"`, and for images, every batch has
+        one shape)."""
+        return getattr(self, "padding", "max_length") != "max_length"
+
     def num_examples(self, x):
         """How many examples raw input `x` holds (`count_examples`).
 

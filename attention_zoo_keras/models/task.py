@@ -19,6 +19,7 @@ from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.models.backbone import Backbone
 from attention_zoo_keras.models.backbone import PresetsOfFamily
 from attention_zoo_keras.models.backbone import check_model_arguments
+from attention_zoo_keras.models.checked_batches import BatchCheck
 from attention_zoo_keras.models.exports_to_transformers import ExportsToTransformers
 from attention_zoo_keras.models.validates_inputs import ValidatesInputs
 from attention_zoo_keras.models.lora import DEFAULT_TARGET_NAMES
@@ -110,7 +111,10 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
             validation_split=0.0, **kwargs):
         """`keras.Model.fit`, taking raw inputs when a preprocessor is attached.
 
-        `validation_data` may be raw too: `(texts, labels)` (with sample
+        `x` may also be a stream of raw batches (a generator, a
+        `keras.utils.PyDataset`, a `tf.data.Dataset` of strings, a torch
+        `DataLoader`), each preprocessed as it arrives; so may
+        `validation_data`, or it may be raw arrays: `(texts, labels)` (with sample
         weights as a third item, if any), or raw inputs that hold their own
         labels (a seq2seq task's `(sources, targets)`). `validation_split`
         works on raw inputs as Keras' does on arrays: the last fraction of the
@@ -137,6 +141,27 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
     def _is_raw(self, x):
         return self.preprocessor is not None and self.preprocessor.is_raw(x)
 
+    def _batch_check(self):
+        """Each batch of a generator or dataset is preprocessed first when it
+        is raw (texts, images: `_preprocessed_if_raw`), then checked."""
+        if self.preprocessor is None:
+            return super()._batch_check()
+        return BatchCheck(self.validate_batch, self._preprocessed_if_raw, widths_vary=self.preprocessor.widths_vary)
+
+    def _preprocessed_if_raw(self, batch):
+        """`batch` (`x`, `(x, y)` or `(x, y, sample_weight)`) with raw `x`
+        made features by the preprocessor (as a tuple: `(x,)` or `(x, y[,
+        sample_weight])`); a batch of features as it is. A whole batch that
+        is raw input (a text pair, a seq2seq task's `(sources, targets)`) is
+        raw `x`."""
+        if self._is_raw(batch):
+            prepared = self.preprocessor(batch)
+        elif isinstance(batch, (tuple, list)) and 1 <= len(batch) <= 3 and self._is_raw(batch[0]):
+            prepared = self.preprocessor(*batch)
+        else:
+            return batch
+        return prepared if isinstance(prepared, tuple) else (prepared,)  # Keras takes a generator's `x` as `(x,)`
+
     def _split_off_validation(self, x, y, sample_weight, validation_split):
         """`((x, y, sample_weight) to train on, validation data)`: raw `x`
         (and `y`, `sample_weight`) split where Keras splits arrays, the last
@@ -160,14 +185,14 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         return training, validation
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        """`keras.Model.evaluate`, taking raw inputs when a preprocessor is attached."""
+        """`keras.Model.evaluate`, taking raw inputs (or streams of raw batches) when a preprocessor is attached."""
         self._require_inputs("evaluate", x)
         self._ensure_compiled()
         x, y, sample_weight, batch_size = self._as_dataset(x, y, sample_weight, batch_size, False)
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
-        """`keras.Model.predict`, taking raw inputs when a preprocessor is attached."""
+        """`keras.Model.predict`, taking raw inputs (or streams of raw batches) when a preprocessor is attached."""
         self._require_inputs("predict", x)
         x, _, _, batch_size = self._as_dataset(x, None, None, batch_size, False)
         return super().predict(x, batch_size=batch_size, **kwargs)

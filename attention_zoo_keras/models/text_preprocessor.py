@@ -45,6 +45,14 @@ def _is_text_list(x):
     return False
 
 
+def is_text(x):
+    """Whether `x` is text a text preprocessor takes: a string, a list or
+    array of them, or a tuple of such (segments: pairs of texts)."""
+    if isinstance(x, tuple):
+        return len(x) > 0 and all(_is_text_list(part) for part in x)
+    return _is_text_list(x)
+
+
 def as_text_list(x, what="text"):
     """A list of `str` from a string, list or array of strings: bytes are
     decoded, and items that are not text (`None`, numbers) or not valid
@@ -141,9 +149,7 @@ class TextPreprocessor(Preprocessor):
         return padded_width(longest, sequence_length, self.padding, self.bucket_lengths)
 
     def is_raw(self, x):
-        if isinstance(x, tuple):
-            return len(x) > 0 and all(_is_text_list(part) for part in x)
-        return _is_text_list(x)
+        return is_text(x)
 
     def segments(self, x):
         """The input as a list of segments, each a list of strings.

@@ -17,6 +17,7 @@ from attention_zoo_keras.models.checked_batches import checked
 from attention_zoo_keras.models.checked_batches import original_batch_errors
 from attention_zoo_keras.models.input_validation import as_numpy
 from attention_zoo_keras.models.input_validation import concrete_shape
+from attention_zoo_keras.models.text_preprocessor import is_text
 from attention_zoo_keras.naming import did_you_mean
 
 
@@ -172,6 +173,11 @@ class ValidatesInputs:
         if y is not None:
             self.validate_labels(keras.tree.map_structure(as_numpy, y), x if isinstance(x, dict) else None)
 
+    def _batch_check(self):
+        """The checks each batch of a generator or dataset passes
+        (`checked_batches.BatchCheck`): `validate_batch`, on the batch as it is."""
+        return BatchCheck(self.validate_batch)
+
     def _validate_if_concrete(self, x):
         """Checks the names and values of `x` when it is a dict of concrete
         arrays (not the symbolic tensors of a graph being built or traced)."""
@@ -181,7 +187,17 @@ class ValidatesInputs:
 
     def _require_inputs(self, method, x):
         """Raises the library's error for absent or empty inputs (Keras' own
-        loops fail on them with an `UnboundLocalError` or a `KeyError`)."""
+        loops fail on them with an `UnboundLocalError` or a `KeyError`), and
+        for text given to a model without a preprocessor ("Unrecognized data
+        type" from Keras)."""
+        if getattr(self, "preprocessor", None) is None and is_text(x):
+            names = _input_names(self)
+            features = f"a dict of arrays ({', '.join(names)})" if names else "arrays"
+            raise ValueError(
+                f"{type(self).__name__}.{method}() got text, but the model has no preprocessor to tokenize it. "
+                f"Give it {features}, or attach a preprocessor (`preprocessor=` when building it; "
+                "`from_preset` attaches the preset's)."
+            )
         empty = _no_examples(x)
         if empty is None:
             return
@@ -217,7 +233,7 @@ class ValidatesInputs:
         extra = arguments.pop("kwargs", {})
         self._require_inputs(method, arguments["x"])
         arguments["x"] = self.as_features(arguments["x"])
-        check = BatchCheck(self.validate_batch)
+        check = self._batch_check()
         if method in ("fit", "evaluate", "predict"):
             self._prepare_functions(arguments["x"])
         arguments["x"] = self._checked_data(arguments["x"], arguments.get("y"), check)
