@@ -209,13 +209,22 @@ class ValidatesInputs:
             "generator, keras.utils.PyDataset, tf.data.Dataset or torch DataLoader of batches."
         )
 
-    def _checked_data(self, x, y, check):
-        """`x` whose batches are checked as they are produced; arrays (a
-        feature dict `x`, labels `y`) are checked whole, now."""
+    def _checked_data(self, x, y, sample_weight, check):
+        """`(x, y, sample_weight)` with `x`'s batches prepared and checked as
+        they are produced; arrays (a feature dict `x`, labels `y`) are
+        checked whole, now, and raw arrays (texts given to `*_on_batch`)
+        prepared (preprocessed) first."""
         wrapped = checked(x, check)
-        if wrapped is x and (isinstance(x, dict) or y is not None):
+        if wrapped is not x:
+            return wrapped, y, sample_weight
+        given = x if y is None and sample_weight is None else (x, y, sample_weight)[: 2 if sample_weight is None else 3]
+        prepared = check.prepare(given)
+        if prepared is not given:
+            check.validate_batch(prepared)
+            return keras.utils.unpack_x_y_sample_weight(prepared)
+        if isinstance(x, dict) or y is not None:
             check(x if y is None else (x, y))
-        return wrapped
+        return x, y, sample_weight
 
     def _prepare_functions(self, x):
         """Drops compiled functions traced for another length where the length must be static."""
@@ -228,7 +237,8 @@ class ValidatesInputs:
 
     def _run_checked(self, method, args, kwargs):
         """Runs `keras.Model.<method>` with its data checked (see the class docstring)."""
-        arguments = inspect.signature(getattr(keras.Model, method)).bind(self, *args, **kwargs).arguments
+        signature = inspect.signature(getattr(keras.Model, method))
+        arguments = signature.bind(self, *args, **kwargs).arguments
         del arguments["self"]
         extra = arguments.pop("kwargs", {})
         self._require_inputs(method, arguments["x"])
@@ -236,7 +246,11 @@ class ValidatesInputs:
         check = self._batch_check()
         if method in ("fit", "evaluate", "predict"):
             self._prepare_functions(arguments["x"])
-        arguments["x"] = self._checked_data(arguments["x"], arguments.get("y"), check)
+        x, y, sample_weight = self._checked_data(arguments["x"], arguments.get("y"), arguments.get("sample_weight"), check)
+        arguments["x"] = x
+        for name, value in (("y", y), ("sample_weight", sample_weight)):
+            if name in signature.parameters and (value is not None or name in arguments):
+                arguments[name] = value
         validation = arguments.get("validation_data")
         if isinstance(validation, (tuple, list)):
             check(tuple(validation))

@@ -2,9 +2,10 @@
 `tf.data.Dataset` or a torch `DataLoader` (texts and labels, as KerasHub's
 examples feed `tf.data` of strings; images) are preprocessed batch by batch
 on every backend: `fit`, `evaluate` and `predict` give what they give on the
-same examples as raw arrays, batches wider than the first two included; a
-bad text in a streamed batch gets the library's error; text given to a model
-without a preprocessor is told so."""
+same examples as raw arrays, batches wider than the first two included; the
+`*_on_batch` methods take raw arrays too; a bad text in a streamed batch
+gets the library's error; text given to a model without a preprocessor is
+told so."""
 
 import keras
 import numpy as np
@@ -78,6 +79,16 @@ def test_a_stream_of_raw_batches_trains_evaluates_and_predicts_as_raw_arrays(kin
                                expected.evaluate(TEXTS, LABELS, batch_size=BATCH, verbose=0), rtol=1e-5)
     np.testing.assert_allclose(streamed.predict(_stream(kind, texts), verbose=0),
                                expected.predict(TEXTS, batch_size=BATCH, verbose=0), atol=1e-6)
+
+
+def test_the_on_batch_methods_take_raw_arrays():
+    raw, features = _classifier(), _classifier()
+    batch = features.preprocessor(TEXTS[:BATCH])
+    labels = LABELS[:BATCH]
+    np.testing.assert_allclose(raw.train_on_batch(TEXTS[:BATCH], labels), features.train_on_batch(batch, labels), rtol=1e-6)
+    np.testing.assert_allclose(raw.test_on_batch(TEXTS[:BATCH], labels), features.test_on_batch(batch, labels), rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(raw.predict_on_batch(TEXTS[:BATCH])),
+                               keras.ops.convert_to_numpy(features.predict_on_batch(batch)), atol=1e-6)
 
 
 def test_a_stream_of_raw_images_is_converted_batch_by_batch():
