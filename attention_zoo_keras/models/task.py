@@ -179,10 +179,9 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         for indices in (range(split_at), range(split_at, count)):
             parts.append((self.preprocessor.examples(x, indices), take(y, indices), take(sample_weight, indices)))
         training, (validation_x, validation_y, validation_weight) = parts
-        validation = validation_x if validation_y is None and validation_weight is None else (
-            (validation_x, validation_y) if validation_weight is None else (validation_x, validation_y, validation_weight)
-        )
-        return training, validation
+        if validation_y is None and validation_weight is None:  # raw inputs that hold their labels
+            return training, validation_x
+        return training, (validation_x, validation_y) if validation_weight is None else parts[1]
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         """`keras.Model.evaluate`, taking raw inputs (or streams of raw batches) when a preprocessor is attached."""
