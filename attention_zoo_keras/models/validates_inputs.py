@@ -190,24 +190,22 @@ class ValidatesInputs:
         loops fail on them with an `UnboundLocalError` or a `KeyError`), and
         for text given to a model without a preprocessor ("Unrecognized data
         type" from Keras)."""
-        if getattr(self, "preprocessor", None) is None and is_text(x):
-            names = _input_names(self)
-            features = f"a dict of arrays ({', '.join(names)})" if names else "arrays"
+        names = _input_names(self)
+        features = "arrays" if names is None else f"a dict of arrays ({', '.join(names)})"
+        has_preprocessor = getattr(self, "preprocessor", None) is not None
+        empty = _no_examples(x)
+        if empty is not None:
+            raw = ", raw inputs for the attached preprocessor" if has_preprocessor else ""
+            raise ValueError(
+                f"{type(self).__name__}.{method}() got no examples ({empty}). It takes {features}{raw}, or a "
+                "generator, keras.utils.PyDataset, tf.data.Dataset or torch DataLoader of batches."
+            )
+        if not has_preprocessor and is_text(x):
             raise ValueError(
                 f"{type(self).__name__}.{method}() got text, but the model has no preprocessor to tokenize it. "
                 f"Give it {features}, or attach a preprocessor (`preprocessor=` when building it; "
                 "`from_preset` attaches the preset's)."
             )
-        empty = _no_examples(x)
-        if empty is None:
-            return
-        names = _input_names(self)
-        features = "arrays" if names is None else f"a dict of arrays ({', '.join(names)})"
-        raw = ", raw inputs for the attached preprocessor" if getattr(self, "preprocessor", None) is not None else ""
-        raise ValueError(
-            f"{type(self).__name__}.{method}() got no examples ({empty}). It takes {features}{raw}, or a "
-            "generator, keras.utils.PyDataset, tf.data.Dataset or torch DataLoader of batches."
-        )
 
     def _checked_data(self, x, y, sample_weight, check):
         """`(x, y, sample_weight)` with `x`'s batches prepared and checked as
