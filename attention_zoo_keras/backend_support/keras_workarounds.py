@@ -69,13 +69,13 @@ def batches_of_any_width(batches):
         return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
 
     if isinstance(batches, types.GeneratorType):
-        first = next(batches)
+        first = _lists_as_tuples(next(batches))
         signature = tf.nest.map_structure(spec, first)
-        every_batch = itertools.chain([first], batches)  # one pass, as Keras reads a generator
+        every_batch = itertools.chain([first], map(_lists_as_tuples, batches))  # one pass, as Keras reads a generator
         return tf.data.Dataset.from_generator(lambda: every_batch, output_signature=signature)
     if not isinstance(batches, keras.utils.PyDataset):  # a torch DataLoader: iterable again, with a length
-        signature = tf.nest.map_structure(spec, next(iter(batches)))
-        dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
+        signature = tf.nest.map_structure(spec, _lists_as_tuples(next(iter(batches))))
+        dataset = tf.data.Dataset.from_generator(lambda: map(_lists_as_tuples, batches), output_signature=signature)
         return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
 
     def generate():
@@ -87,6 +87,16 @@ def batches_of_any_width(batches):
     signature = tf.nest.map_structure(spec, batches[0])
     dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches)))
+
+
+def _lists_as_tuples(batch):
+    """`batch` with its lists made tuples (a torch `DataLoader` collates an
+    `(x, y)` example into a list), the structures `tf.data` takes."""
+    if isinstance(batch, (list, tuple)):
+        return tuple(_lists_as_tuples(item) for item in batch)
+    if isinstance(batch, dict):
+        return {key: _lists_as_tuples(value) for key, value in batch.items()}
+    return batch
 
 
 @contextlib.contextmanager
