@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from attention_zoo_keras.backend_support import JaxTrainerState
 from attention_zoo_keras.hub.preset_format import PREPROCESSOR_FILE
@@ -157,7 +158,8 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         if self._is_raw(batch):
             prepared = self.preprocessor(batch)
         elif isinstance(batch, (tuple, list)) and 1 <= len(batch) <= 3 and self._is_raw(batch[0]):
-            prepared = self.preprocessor(*batch)
+            x, *labels_and_weights = batch  # lists of labels as arrays: a list `y` would be several outputs' labels
+            prepared = self.preprocessor(x, *(np.asarray(v) if isinstance(v, list) else v for v in labels_and_weights))
         else:
             return batch
         return prepared if isinstance(prepared, tuple) else (prepared,)  # Keras takes a generator's `x` as `(x,)`
