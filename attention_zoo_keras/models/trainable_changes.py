@@ -25,9 +25,6 @@ function (every `*_on_batch` call, once per `fit` / `evaluate` /
 `predict`).
 """
 
-_STEPS = {"train": "training", "test": "evaluation", "predict": "prediction"}
-
-
 class FollowsTrainableChanges:
     """Mixin for `keras.Model`s: step functions made anew, or training
     stopped with a clear error, when a `trainable` flag changed after they

@@ -215,7 +215,7 @@ class ValidatesInputs:
         wrapped = checked(x, check)
         if wrapped is not x:
             return wrapped, y, sample_weight
-        given = x if y is None and sample_weight is None else (x, y, sample_weight)[: 2 if sample_weight is None else 3]
+        given = x if y is None and sample_weight is None else (x, y) if sample_weight is None else (x, y, sample_weight)
         prepared = check.prepare(given)
         if prepared is not given:
             check.validate_batch(prepared)
