@@ -13,7 +13,7 @@ if [ ! -x .venv-litert/bin/python ]; then
 fi
 . .venv-litert/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-python -m pip install -q --upgrade pip
-# torch first and pinned, as in setup_env.sh (litert-torch 0.10 takes torch < 2.15).
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[torch,litert]" "pytest>=8"
+# torch first and pinned with pip, the rest with uv, as in setup_env.sh
+# (litert-torch 0.10 takes torch < 2.15).
+python -m pip install -q --no-compile "torch==2.13.0" uv
+uv pip install --python .venv-litert/bin/python -q -e ".[torch,litert]" "pytest>=8"

@@ -17,6 +17,7 @@ import attention_zoo_keras
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.backend_independent  # each subprocess sets its own backend
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_importing_under_jax_or_torch_does_not_import_tensorflow(backend):
     code = (

@@ -189,10 +189,19 @@ def test_greedy_generation_with_memory_equals_recomputation(same_length):
     for row, length in enumerate((4, 1)):
         ids = generated["token_ids"][row]
         assert generated["padding_mask"][row].sum() == max_length
+        log_probabilities = _recomputed_log_probabilities(lm, ids)
         for position in range(length, max_length):
-            prefix = ids[None, :position]
-            log_probabilities = _numpy(lm.score(prefix, lm.backbone.initial_memory(1, 0))["log_probabilities"])
-            assert ids[position] == log_probabilities[0, -1].argmax(), (row, position)
+            assert ids[position] == log_probabilities[position - 1].argmax(), (row, position)
+
+
+def _recomputed_log_probabilities(lm, ids):
+    """Row `p - 1` is the next-token log-probabilities after `ids[:p]`,
+    recomputed without memory: one pass over all of `ids`, which gives each
+    prefix's own result since the model is causal and, without memory, the
+    `same_length` window is the same at every length (the last `mem_len`
+    positions: `tests/attention/test_xl.py`). One pass instead of one per
+    prefix: on JAX each new length compiles every operation again."""
+    return _numpy(lm.score(ids[None], lm.backbone.initial_memory(1, 0))["log_probabilities"])[0]
 
 
 def test_decoding_controls_equal_recomputation_with_transformers_processors():
@@ -222,10 +231,10 @@ def test_decoding_controls_equal_recomputation_with_transformers_processors():
         ])
         ids = generated["token_ids"][row][generated["padding_mask"][row].astype(bool)]
         assert len(ids) > length + 3 or ids[-1] == stop
+        log_probabilities = _recomputed_log_probabilities(lm, ids)
         for position in range(length, len(ids)):
             prefix = ids[None, :position]
-            log_probabilities = _numpy(lm.score(prefix, lm.backbone.initial_memory(1, 0))["log_probabilities"])
-            processed = processors(torch.tensor(prefix, dtype=torch.long), torch.tensor(log_probabilities[:, -1]))
+            processed = processors(torch.tensor(prefix, dtype=torch.long), torch.tensor(log_probabilities[None, position - 1]))
             assert ids[position] == int(processed.argmax()), (row, position)
             expected_score = float(torch.log_softmax(processed, dim=-1)[0, ids[position]])
             assert abs(generated["scores"][row, position] - expected_score) < 1e-4, (row, position)
