@@ -2,9 +2,10 @@
 backends its metadata names (`metadata["attention_zoo"]["backends"]`): on
 torch where it names torch, else on the first it names. A cell that raises
 fails the test, so the `assert` with which a notebook checks what it
-claims (the dates notebook's exact match) is checked here. Running each notebook on its other backends too would add
-minutes and no coverage: what a notebook calls (fit, generate, conversion,
-parity) the other tests check on every backend. The notebooks are stored
+claims (the dates notebook's exact match) is checked here. Running each
+notebook on its other backends too would add minutes and no coverage: what
+a notebook calls (fit, generate, conversion, parity) the other tests check
+on every backend. The notebooks are stored
 with the outputs of a run on this kind of machine; this executes a fresh
 copy and leaves them as they are."""
 

@@ -234,7 +234,8 @@ def test_decoding_controls_equal_recomputation_with_transformers_processors():
         log_probabilities = _recomputed_log_probabilities(lm, ids)
         for position in range(length, len(ids)):
             prefix = ids[None, :position]
-            processed = processors(torch.tensor(prefix, dtype=torch.long), torch.tensor(log_probabilities[None, position - 1]))
+            scores = torch.tensor(log_probabilities[None, position - 1])
+            processed = processors(torch.tensor(prefix, dtype=torch.long), scores)
             assert ids[position] == int(processed.argmax()), (row, position)
             expected_score = float(torch.log_softmax(processed, dim=-1)[0, ids[position]])
             assert abs(generated["scores"][row, position] - expected_score) < 1e-4, (row, position)
