@@ -57,7 +57,11 @@ for backend in jax tensorflow torch; do
     "XLA_FLAGS=${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false"
   )
   start=$SECONDS
-  env "${backend_env[@]}" python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
+  # Work stealing: each worker starts on its half of the tests in file order
+  # (a file's module fixtures are mostly built once) and an idle worker takes
+  # half of what the other has left, so a long file (the notebooks: about 6
+  # minutes on torch) no longer keeps one worker busy after the other is done.
+  env "${backend_env[@]}" python -m pytest -q -p no:cacheprovider -n "$workers" --dist worksteal \
     "${selection[@]}" "$@" || failed+=("$backend")
   echo "=== KERAS_BACKEND=$backend took $(( SECONDS - start )) s ==="
 done
