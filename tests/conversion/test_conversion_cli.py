@@ -467,6 +467,8 @@ def test_publish_uploads_to_the_hub_and_loads_back(native_preset, capsys, tmp_pa
 # ------------------------------------------------------- python -m conversion
 
 
+# The command line's parsing, the same on every backend.
+@pytest.mark.backend_independent
 def test_help_lists_the_commands_and_a_missing_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--help"])
@@ -479,7 +481,7 @@ def test_help_lists_the_commands_and_a_missing_command_is_a_usage_error(capsys):
     assert exit_info.value.code == 2
 
 
-# One subprocess (each imports Keras and the backend, about 10 s): the
+# One subprocess (each imports Keras and the backends, several seconds): the
 # checkout's `python -m conversion` runs this command line and exits with its
 # code, its message on stderr. The same on every backend.
 @pytest.mark.backend_independent
