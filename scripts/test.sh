@@ -59,7 +59,7 @@ for backend in jax tensorflow torch; do
   start=$SECONDS
   # Work stealing: each worker starts on its half of the tests in file order
   # (a file's module fixtures are mostly built once) and an idle worker takes
-  # half of what the other has left, so a long file (the notebooks: about 6
+  # half of what the other has left, so a long file (the notebooks: about 4
   # minutes on torch) no longer keeps one worker busy after the other is done.
   env "${backend_env[@]}" python -m pytest -q -p no:cacheprovider -n "$workers" --dist worksteal \
     "${selection[@]}" "$@" || failed+=("$backend")
