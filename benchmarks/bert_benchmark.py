@@ -23,6 +23,15 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
 * ``ours_jax_gelu`` (JAX only): ours with JAX's own exact GELU
   (``jax.nn.gelu``, by ``erfc``) instead of the library's rational ``erf``
   (``backend_support.exact_gelu``).
+* ``ours_mask_only`` (JAX only): ours with cuDNN's attention given the
+  padding mask alone, without each row's key length
+  (``backend_support.fused_dot_product_attention``), so that it reads the
+  padded keys too.
+* ``ours_lengths_only`` (JAX only): an upper bound, not a model to use:
+  ours with cuDNN's attention given each row's key length and no mask (no
+  bias to read), which is the same attention only because this script's
+  rows are right-padded; what telling a right-padded mask apart before
+  the compiled step could gain.
 * ``keras_hub``: ``keras_hub.models.BertBackbone``.
 * ``transformers`` (torch backend only): ``transformers.BertModel`` with
   ``attn_implementation="sdpa"``.
@@ -157,10 +166,11 @@ SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 CONTENDERS = (
-    "ours", "ours_eager", "ours_xla_attention", "ours_jax_gelu", "keras_hub", "transformers", "transformers_compiled"
+    "ours", "ours_eager", "ours_xla_attention", "ours_jax_gelu", "ours_mask_only", "ours_lengths_only", "keras_hub",
+    "transformers", "transformers_compiled"
 )
 TORCH_ONLY = ("ours_eager", "transformers", "transformers_compiled")
-JAX_ONLY = ("ours_xla_attention", "ours_jax_gelu")
+JAX_ONLY = ("ours_xla_attention", "ours_jax_gelu", "ours_mask_only", "ours_lengths_only")
 DEFAULT_CONTENDERS = tuple(name for name in CONTENDERS if name not in JAX_ONLY)
 LEARNING_RATE = 1e-5
 
@@ -202,7 +212,8 @@ def parse_args(argv=None):
         help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
         "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only; "
-        "ours_xla_attention and ours_jax_gelu, JAX only, not run unless named: see the module docstring)",
+        "ours_xla_attention, ours_jax_gelu, ours_mask_only and ours_lengths_only, JAX only, not run unless named: see "
+        "the module docstring)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
@@ -511,18 +522,45 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
 
         step = with_setting(step, activation_kernels, "_RATIONAL_ERF_UNDER_JAX", False)
         path += ", JAX's own exact GELU (jax.nn.gelu, by erfc)"
+    if name == "ours_mask_only":
+        from attention_zoo_keras.backend_support import attention_kernels
+
+        step = with_setting(step, attention_kernels, "_KEY_LENGTHS_FOR_CUDNN", False)
+        path += ", cuDNN's attention given the mask alone (no key lengths)"
+    if name == "ours_lengths_only":
+        step, path = with_lengths_only(step), path + ", cuDNN's attention given key lengths and no mask (upper bound)"
     return step, path, model.count_params(), optimizer_name if mode == "training" else None
+
+
+def with_lengths_only(step):
+    """`step` with the library's attention by key lengths given no mask
+    (`ours_lengths_only`: right-padded rows only)."""
+    import jax
+
+    from attention_zoo_keras.backend_support import attention_kernels
+
+    def lengths_only(query, key, value, mask, scale, implementation):
+        lengths = attention_kernels.key_lengths(mask, batch_size=query.shape[0], key_length=key.shape[1])
+        return jax.nn.dot_product_attention(
+            query, key, value, scale=scale, key_value_seq_lengths=lengths, implementation=implementation
+        )
+
+    return with_setting(step, attention_kernels, "attention_with_key_lengths", lengths_only)
 
 
 def with_xla_attention(step):
     """`step` with every `keras.ops.dot_product_attention` it calls (and so
     traces) given `flash_attention=False`: on a JAX GPU, XLA's own fusions
-    instead of cuDNN's fused kernel."""
+    instead of cuDNN's fused kernel (which the key lengths would reach
+    directly: they are turned off)."""
     import functools
 
     import keras
 
+    from attention_zoo_keras.backend_support import attention_kernels
+
     fused = functools.partial(keras.ops.dot_product_attention, flash_attention=False)
+    step = with_setting(step, attention_kernels, "_KEY_LENGTHS_FOR_CUDNN", False)
     return with_setting(step, keras.ops, "dot_product_attention", fused)
 
 

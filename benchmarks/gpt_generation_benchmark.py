@@ -23,14 +23,16 @@ intermediate 3072, 1024 positions, GELU (tanh), dropout 0):
 * ``ours_compiled``: the same after ``lm.compile(jit_compile=True)``: on
   torch the decoding step is recorded with ``make_fx`` and compiled by
   inductor (on CUDA then captured as a CUDA graph, as ``ours`` is).
-* ``ours_tested_every_step`` and ``ours_one_row_products`` (not run unless
-  named in ``--contenders``): ``ours`` without one of its GPU optimisations
-  (``OURS_WITHOUT``), each measured against ``ours`` in one process: the
-  decoding loop testing its stop condition at every step
-  (``backend_support.compiled_decoding``; on a GPU it tests every 8 steps),
-  and, under JAX, a single row's projections left to XLA
-  (``backend_support.dense_kernels``; on a GPU one row is multiplied as
-  two).
+* ``ours_tested_every_step``, ``ours_one_row_products`` and
+  ``ours_mask_only`` (not run unless named in ``--contenders``): ``ours``
+  without one of its GPU optimisations (``OURS_WITHOUT``), each measured
+  against ``ours`` in one process: the decoding loop testing its stop
+  condition at every step (``backend_support.compiled_decoding``; on a GPU
+  it tests every 8 steps); under JAX, a single row's projections left to
+  XLA (``backend_support.dense_kernels``; on a GPU one row is multiplied as
+  two); under JAX, cuDNN's attention given the mask alone
+  (``backend_support.attention_kernels``; on a GPU it is also given each
+  row's key length, so it skips the cache not yet written).
 * ``keras_hub``: ``keras_hub.models.GPT2CausalLM(GPT2Backbone(...),
   preprocessor=None)``, compiled with ``sampler="greedy"``, called as
   ``model.generate({"token_ids": ids, "padding_mask": mask},
@@ -133,8 +135,8 @@ GPT2_SMALL = dict(
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(GPT2_SMALL, vocabulary_size=1000, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 TINY_NEW_TOKENS = 8
-CONTENDERS = ("ours", "ours_compiled", "ours_tested_every_step", "ours_one_row_products", "keras_hub", "transformers",
-              "transformers_static")
+CONTENDERS = ("ours", "ours_compiled", "ours_tested_every_step", "ours_one_row_products", "ours_mask_only", "keras_hub",
+              "transformers", "transformers_static")
 DEFAULT_CONTENDERS = ("ours", "ours_compiled", "keras_hub", "transformers", "transformers_static")
 # A generated token passes the greedy check if its logit is within this of the
 # row's largest (relative to the largest's magnitude, floored at 1).
@@ -315,6 +317,10 @@ OURS_WITHOUT = {
     "ours_one_row_products": (
         "attention_zoo_keras.backend_support.dense_kernels", "_SINGLE_ROWS_AS_TWO_ON_GPU", False,
         "a single row's projections left to XLA as vector-by-matrix products",
+    ),
+    "ours_mask_only": (
+        "attention_zoo_keras.backend_support.attention_kernels", "_KEY_LENGTHS_FOR_CUDNN", False,
+        "cuDNN's attention given the mask alone, without each row's key length",
     ),
 }
 

@@ -1,7 +1,8 @@
 """Where a JAX program's time goes on a GPU (issue 22): for GPT-2 small's
-greedy `generate` and a BERT-base forward, ours against KerasHub's, one
-call's wall time against the GPU's kernel time, the kernels it runs and
-the largest of them, read from the JAX profiler's trace
+greedy `generate`, a BERT-base forward and a BERT-base `train_on_batch`
+(mixed bfloat16 with `--dtype bfloat16`), ours against KerasHub's, one
+call's wall time (and, for training, the process's CPU time) against the
+GPU's kernel time, the kernels it runs and the largest of them, read from the JAX profiler's trace
 (`jax.profiler.trace(..., create_perfetto_trace=True)`: the kernels are the
 complete events on the GPU's stream lines). Kernel time far below wall time
 means the GPU idles between kernels (launches, host syncs); kernel time
@@ -11,7 +12,7 @@ inputs and calls as `gpt_generation_benchmark.py` and `bert_benchmark.py`
 step computes, outputs left on the device; `--dump-hlo` writes the program
 it runs, after XLA's optimizations, in which the kernels are named).
 
-    KERAS_BACKEND=jax python -m benchmarks.profile_jax_gpu --parts gpt,bert --dtype bfloat16
+    KERAS_BACKEND=jax python -m benchmarks.profile_jax_gpu --parts gpt,bert,train --dtype bfloat16
 """
 
 import argparse
@@ -25,6 +26,10 @@ import time
 
 from benchmarks.bert_benchmark import BERT_BASE
 from benchmarks.bert_benchmark import TINY as BERT_TINY
+from benchmarks.bert_benchmark import keras_data
+from benchmarks.bert_benchmark import keras_dtype
+from benchmarks.bert_benchmark import keras_step
+from benchmarks.bert_benchmark import LEARNING_RATE
 from benchmarks.bert_benchmark import make_inputs
 from benchmarks.gpt_generation_benchmark import GPT2_SMALL
 from benchmarks.gpt_generation_benchmark import TINY as GPT_TINY
@@ -39,12 +44,7 @@ def gpu_kernels(trace):
     """`(name, duration µs)` of every kernel in a perfetto trace (the JSON
     of the Chrome trace format): complete events on the lines named
     "Stream …" of processes named "/device:GPU:…"."""
-    process_names, thread_names = {}, {}
-    for event in trace["traceEvents"]:
-        if event.get("ph") == "M" and event.get("name") == "process_name":
-            process_names[event["pid"]] = event["args"]["name"]
-        elif event.get("ph") == "M" and event.get("name") == "thread_name":
-            thread_names[event["pid"], event["tid"]] = event["args"]["name"]
+    process_names, thread_names = _line_names(trace)
     gpus = {pid for pid, name in process_names.items() if "GPU" in name}
     kernels = [
         (event["name"], float(event.get("dur", 0.0)))
@@ -58,35 +58,73 @@ def gpu_kernels(trace):
     return kernels
 
 
-def profile_call(call, steps, rows):
+def python_calls(trace):
+    """`(name, duration µs)` of every Python call the profiler's Python
+    tracer saw (the lines named "python…"), but the profiler's own and this
+    script's: inclusive times, so a caller's includes its callees'."""
+    process_names, thread_names = _line_names(trace)
+    calls = [
+        (event["name"], float(event.get("dur", 0.0)))
+        for event in trace["traceEvents"]
+        if event.get("ph") == "X" and thread_names.get((event.get("pid"), event.get("tid")), "").startswith("python")
+        and not any(part in event["name"] for part in ("profiler.py", "contextlib.py", "profile_jax_gpu.py"))
+    ]
+    if not calls:  # say what the trace holds instead
+        lines = sorted({f"{process_names.get(pid, pid)}: {name}" for (pid, _), name in thread_names.items()})
+        print(f"(no Python calls found; the trace's lines: {lines[:20]})")
+    return calls
+
+
+def _line_names(trace):
+    process_names, thread_names = {}, {}
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "M" and event.get("name") == "process_name":
+            process_names[event["pid"]] = event["args"]["name"]
+        elif event.get("ph") == "M" and event.get("name") == "thread_name":
+            thread_names[event["pid"], event["tid"]] = event["args"]["name"]
+    return process_names, thread_names
+
+
+def profile_call(call, steps, rows, python_rows=0):
     """One profiled call of `call` (which waits for its results): its
-    numbers per step (µs, kernels) and the top kernels by time."""
+    numbers per step (µs of wall, process CPU and kernel time, kernels) and
+    the top kernels by time (then, with `python_rows`, the top Python calls
+    by inclusive time)."""
     import jax
 
     with tempfile.TemporaryDirectory() as log_dir:
         with jax.profiler.trace(log_dir, create_perfetto_trace=True):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             call()
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         (path,) = glob.glob(f"{log_dir}/**/perfetto_trace.json.gz", recursive=True)
         with gzip.open(path) as file:
-            kernels = gpu_kernels(json.load(file))
-    totals, counts = collections.Counter(), collections.Counter()
-    for name, duration in kernels:
-        totals[name] += duration
-        counts[name] += 1
+            trace = json.load(file)
+    kernels = gpu_kernels(trace)
     numbers = {
         "wall_us": wall * 1e6 / steps,
-        "kernel_us": sum(totals.values()) / steps,
+        "cpu_us": cpu * 1e6 / steps,
+        "kernel_us": sum(duration for _, duration in kernels) / steps,
         "kernels": len(kernels) / steps,
     }
-    return numbers, [(totals[name] / steps, counts[name] / steps, name[:100]) for name, _ in totals.most_common(rows)]
+    return numbers, _largest(kernels, steps, rows) + _largest(python_calls(trace), steps, python_rows)
+
+
+def _largest(events, steps, rows):
+    """`(µs per step, count per step, name)` of the `rows` names of
+    `events` with the largest total time."""
+    totals, counts = collections.Counter(), collections.Counter()
+    for name, duration in events:
+        totals[name] += duration
+        counts[name] += 1
+    return [(totals[name] / steps, counts[name] / steps, name[:100]) for name, _ in totals.most_common(rows)]
 
 
 def report(title, numbers, top):
     busy = numbers["kernel_us"] / numbers["wall_us"] if numbers["wall_us"] else 0.0
     print(
-        f"\n## {title}: wall {numbers['wall_us']:.0f} µs | kernels {numbers['kernel_us']:.0f} µs ({busy:.0%} busy)"
+        f"\n## {title}: wall {numbers['wall_us']:.0f} µs (process CPU {numbers['cpu_us']:.0f} µs)"
+        f" | kernels {numbers['kernel_us']:.0f} µs ({busy:.0%} busy)"
         f" | {numbers['kernels']:.0f} kernels"
     )
     for device_us, count, kernel in top:
@@ -145,6 +183,47 @@ def profile_bert(args):
                 print(f"(its optimized HLO, where the kernels are named: {path})")
 
 
+def profile_training(args):
+    """`train_on_batch` as `bert_benchmark.py` times it (the same models,
+    optimizers and step), five steps profiled: whether the step waits on
+    the host (kernel time far below wall time) or on the GPU."""
+    import jax
+    import keras
+
+    config = BERT_TINY if args.tiny else BERT_BASE
+    dtype = keras_dtype(args.dtype, "training")
+    print(f"\n# BERT train_on_batch, batch {args.batch_size}, padded rows, {dtype}; per step")
+    for seq_len in args.seq_lens:
+        inputs, targets = keras_data(
+            make_inputs(args.batch_size, seq_len, config["vocabulary_size"], no_padding=False), config, "jax", None
+        )
+        for name in args.bert_contenders.split(","):
+            keras.utils.set_random_seed(0)
+            if name == "keras_hub":
+                import keras_hub
+
+                model = keras_hub.models.BertBackbone(**config, dtype=dtype)
+                optimizer = keras.optimizers.Adam(LEARNING_RATE)
+            else:
+                from attention_zoo_keras.models import BertBackbone
+                from attention_zoo_keras.optimizers import FusedAdam
+
+                model = BertBackbone(**config, dtype=dtype)
+                optimizer = FusedAdam(LEARNING_RATE)
+            step, _ = keras_step(model, "training", inputs, targets, "auto", optimizer, "device")
+            for _ in range(3):
+                step()
+            steps = 5
+
+            def train():
+                for _ in range(steps):
+                    logs = step()
+                return jax.block_until_ready(logs)
+
+            numbers, top = profile_call(train, steps, args.rows, python_rows=2 * args.rows)
+            report(f"{name}, length {seq_len} (the kernels, then the Python calls)", numbers, top)
+
+
 def compiled_forward(model, inputs):
     """`model`'s forward on `inputs` (numpy) compiled by XLA, a `jax.jit` of
     its stateless call (what `predict_on_batch`'s step computes): a call of
@@ -161,14 +240,14 @@ def compiled_forward(model, inputs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="gpt,bert", help="comma-separated subset of gpt,bert")
+    parser.add_argument("--parts", default="gpt,bert", help="comma-separated subset of gpt,bert,train")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32], help="GPT batch sizes")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--gpt-contenders", default="ours,ours_one_row_products,keras_hub")
     parser.add_argument("--batch-size", type=int, default=32, help="BERT batch size")
-    parser.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512], help="BERT lengths (forward, training)")
     parser.add_argument("--bert-contenders", default="ours,keras_hub")
     parser.add_argument("--rows", type=int, default=10, help="kernels listed per call")
     parser.add_argument("--dump-hlo", metavar="DIR", help="also write each BERT forward's optimized HLO there")
@@ -178,7 +257,7 @@ def main():
     import jax
 
     print(f"# JAX GPU profile: {jax.devices()[0].device_kind}, jax {jax.__version__}")
-    parts = {"gpt": profile_gpt, "bert": profile_bert}
+    parts = {"gpt": profile_gpt, "bert": profile_bert, "train": profile_training}
     for part in args.parts.split(","):
         try:
             parts[part](args)

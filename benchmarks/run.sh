@@ -60,16 +60,25 @@
 #
 # jax_gpu (issue 22's GPU measurements, on a machine with a CUDA GPU and jax,
 # and (carried) keras, keras-hub, kagglehub): parts (PARTS, default all):
+# tests (the JAX tests of cuDNN's attention with key lengths on the GPU);
 # gpt (GPT-2 small greedy, batch 1, 8 and 32: GPT_CONTENDERS, default ours,
-# ours with a single row's projections left to XLA, KerasHub);
+# ours with cuDNN's attention given the mask alone, KerasHub);
 # gpt_command_buffers (ours with XLA's command buffers for while loops and
 # conditionals, XLA_FLAGS); bert_128 (BERT-base forward and mixed-precision
-# train step at 128, batch 32: ours, ours with JAX's own exact GELU (by
-# erfc) instead of the library's rational erf, KerasHub); bert_512 (the forward at 512); bert_forward (the
-# forward at 128 and 512); profile (`profile_jax_gpu.py`: kernels of one
+# train step at 128, batch 32: BERT_CONTENDERS, default ours, ours with
+# JAX's own exact GELU (by erfc) instead of the library's rational erf,
+# ours with cuDNN's attention given the padding mask alone, KerasHub);
+# bert_512 (the forward at 512); bert_forward (the forward at 128 and 512);
+# profile (`profile_jax_gpu.py`: kernels of one
 # GPT-2 generate at batch 1, ours with and without two-row projections, and
 # of one BERT forward at 128, ours and KerasHub, whose optimized HLO it
-# writes to $RESULTS).
+# writes to $RESULTS); profile_train (kernels and Python calls of five
+# BERT-base `train_on_batch` steps at 128, ours and KerasHub);
+# train_ftz_atomics (profile_train, then bert_128's train step, with
+# XLA_FLAGS=--xla_backend_extra_options=-nvptx-allow-ftz-atomics: native
+# float atomics in scatter-adds, jax-ml/jax#38806, where jaxlib 0.10.2 and
+# later compile them as compare-and-swap loops; the embedding gradient's
+# scatter took 10 of 21 ms of kernel time per step on the H200).
 # DTYPE as for torch_gpu. Logs (appended to $RESULTS/jax_gpu.log, or LOG)
 # and JSON go to $RESULTS.
 set -uo pipefail
@@ -153,23 +162,25 @@ torch_gpu() {
 # Issue 22's parts (see the header); $PYTHON, $RESULTS, $LOG set.
 jax_gpu() {
     local dtype="${DTYPE:-bfloat16}"
-    local parts="${PARTS:-gpt gpt_command_buffers bert_128 bert_512 profile}"
+    local parts="${PARTS:-tests gpt gpt_command_buffers bert_128 bert_512 profile}"
     export KERAS_BACKEND=jax
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
     local gpt=("$PYTHON" -m benchmarks.gpt_generation_benchmark --dtype "$dtype" --prompt-len 32 --new-tokens 128
                --warmup 2 --repeats 5)
     local bert=("$PYTHON" -m benchmarks.bert_benchmark --batch-size 32 --outputs device --warmup 3 --repeats 20
-                --dtype "$dtype" --contenders ours,ours_jax_gelu,keras_hub)
+                --dtype "$dtype" --contenders "${BERT_CONTENDERS:-ours,ours_jax_gelu,ours_mask_only,keras_hub}")
     local command_buffers="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 
     for part in $parts; do
         echo "## part $part ($dtype), $(date -u +%T)"
         case $part in
-            gpt) timeout 170 "${gpt[@]}" --batch-sizes 1 8 32 --contenders "${GPT_CONTENDERS:-ours,ours_one_row_products,keras_hub}" \
+            tests) timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/attention/test_key_lengths.py \
+                tests/attention/test_softmax.py ;;
+            gpt) timeout 170 "${gpt[@]}" --batch-sizes 1 8 32 --contenders "${GPT_CONTENDERS:-ours,ours_mask_only,keras_hub}" \
                 --json "$RESULTS/jax_gpt_$dtype.json" ;;
             gpt_command_buffers) XLA_FLAGS="--xla_gpu_enable_command_buffer=$command_buffers" timeout 80 \
                 "${gpt[@]}" --batch-sizes 1 32 --contenders ours --json "$RESULTS/jax_gpt_${dtype}_command_buffers.json" ;;
-            bert_128) timeout 150 "${bert[@]}" --seq-len 128 --modes inference,training \
+            bert_128) timeout 240 "${bert[@]}" --seq-len 128 --modes inference,training \
                 --json "$RESULTS/jax_bert_${dtype}_128.json" ;;
             bert_512) timeout 90 "${bert[@]}" --seq-len 512 --modes inference --json "$RESULTS/jax_bert_${dtype}_512.json" ;;
             bert_forward) for length in 128 512; do
@@ -177,6 +188,14 @@ jax_gpu() {
                 done ;;
             profile) timeout 120 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --batch-sizes 1 \
                 --gpt-contenders ours,ours_one_row_products --seq-lens 128 --dump-hlo "$RESULTS" ;;
+            profile_train) timeout 150 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts train \
+                --seq-lens 128 ;;
+            train_ftz_atomics) (
+                    export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_extra_options=-nvptx-allow-ftz-atomics"
+                    timeout 150 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts train --seq-lens 128
+                    timeout 150 "${bert[@]}" --seq-len 128 --modes training \
+                        --json "$RESULTS/jax_bert_${dtype}_128_train_ftz_atomics.json"
+                ) ;;
             *) echo "unknown part: $part" ;;
         esac 2>&1 | grep --line-buffered -v '^USDT:' | tee -a "$LOG"
     done

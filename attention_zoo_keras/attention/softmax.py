@@ -12,7 +12,9 @@ which each backend implements with its fused kernel (`jax.nn.dot_product_attenti
 half precision): causal self-attention without a mask uses the kernel's own
 causal mode, and masks are shaped so that the fused kernel accepts them
 (`backend_support.mask_for_fused_attention`; checked on an H100 in
-`benchmarks/gpu_attention_benchmark.py`). Training with attention dropout uses PyTorch's fused kernel
+`benchmarks/gpu_attention_benchmark.py`); under JAX on a GPU cuDNN is also
+given each row's key length, so it skips the keys after the last one the
+mask lets a row see (`backend_support.fused_dot_product_attention`). Training with attention dropout uses PyTorch's fused kernel
 with dropout on torch; JAX and TensorFlow have none, so there the explicit
 einsum path computes the probabilities and drops them out.
 
@@ -112,7 +114,8 @@ def softmax_attention(
 
 
 def _fused_attention(query, key, value, scale, mask=None, is_causal=False):
-    """`keras.ops.dot_product_attention`, also for a value head size `M`
+    """`keras.ops.dot_product_attention` (through
+    `backend_support.fused_dot_product_attention`), also for a value head size `M`
     other than the query's `D`.
 
     JAX's kernel requires `M = D` (torch's and TensorFlow's do not), so the
@@ -126,7 +129,7 @@ def _fused_attention(query, key, value, scale, mask=None, is_causal=False):
         query, key = ops.pad(query, widths), ops.pad(key, widths)
     elif value_depth < depth:
         value = ops.pad(value, [[0, 0]] * (len(value.shape) - 1) + [[0, depth - value_depth]])
-    output = ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
+    output = backend_support.fused_dot_product_attention(query, key, value, mask, scale, is_causal=is_causal)
     return output if value_depth >= depth else output[..., :value_depth]
 
 

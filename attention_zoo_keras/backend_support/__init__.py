@@ -7,7 +7,8 @@ whose answer depends on the backend live here, one concern per module:
   its contents can be checked before entering a compiled graph);
 - `activation_kernels`: the exact GELU in the form each backend computes
   fastest;
-- `attention_kernels`: calling the fused attention kernels;
+- `attention_kernels`: calling the fused attention kernels (under JAX on a
+  GPU, with each row's key length);
 - `dense_kernels`: dense projections and layer normalization as one fused
   kernel each (and a single row's projection kept a matrix product);
 - `compiled_decoding`: compiled decoding loops, in-place buffer writes;
@@ -30,6 +31,7 @@ importing this library under JAX or PyTorch never imports TensorFlow.
 """
 
 from attention_zoo_keras.backend_support.activation_kernels import exact_gelu
+from attention_zoo_keras.backend_support.attention_kernels import fused_dot_product_attention
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
 from attention_zoo_keras.backend_support.compiled_decoding import apply_when
@@ -77,6 +79,7 @@ __all__ = [
     "exact_gelu",
     "fill_columns",
     "fused_adam_update",
+    "fused_dot_product_attention",
     "initialized_from",
     "is_integer_dtype",
     "is_concrete",

@@ -1,11 +1,17 @@
 """How the library reaches the backends' fused attention kernels: through
 `keras.ops.dot_product_attention` (with the mask shaped for JAX's cuDNN
-kernel), or on torch `scaled_dot_product_attention` directly. Which kernel
-runs on a GPU is measured in `benchmarks/gpu_attention_benchmark.py`."""
+kernel, and under JAX on a GPU each row's key length beside it), or on
+torch `scaled_dot_product_attention` directly. Which kernel runs on a GPU
+is measured in `benchmarks/gpu_attention_benchmark.py`."""
 
 import keras
 
 from attention_zoo_keras.backend_support.environment import backend_name
+from attention_zoo_keras.backend_support.environment import jax_compiles_for_gpu
+
+# Whether JAX's cuDNN attention is given each row's key length beside the
+# mask (a benchmark contender turns it off to measure the mask alone).
+_KEY_LENGTHS_FOR_CUDNN = True
 
 
 def mask_for_fused_attention(mask, query_length, key_length):
@@ -18,6 +24,67 @@ def mask_for_fused_attention(mask, query_length, key_length):
     if mask is None or backend_name() != "jax":
         return mask
     return keras.ops.broadcast_to(mask, tuple(keras.ops.shape(mask)[:-2]) + (query_length, key_length))
+
+
+def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False):
+    """`keras.ops.dot_product_attention(query, key, value, mask=mask,
+    scale=scale, is_causal=is_causal)` for `(batch, length, heads,
+    head_dim)` tensors and a boolean `mask` broadcastable to `(batch,
+    heads, query_length, key_length)` (or `None`).
+
+    Under JAX on a GPU, in half precision, with a mask, cuDNN's kernel is
+    also given each row's key length (`key_lengths`): one past the last key
+    that the mask lets any of the row's queries see. Every key beyond it
+    has zero weight under the mask, so the result is the same, but the
+    kernel skips those keys' blocks instead of reading them and their bias
+    (in a right-padded batch, the padding; in a decoding step, the cache
+    not yet written). A left-padded row's length is the whole key length,
+    so no mask shape needs telling apart. Where cuDNN refuses the inputs,
+    Keras chooses the kernel as before.
+    """
+    if (
+        mask is not None
+        and _KEY_LENGTHS_FOR_CUDNN
+        and keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
+        and jax_compiles_for_gpu()
+    ):
+        try:
+            return attention_with_key_lengths(query, key, value, mask, scale, implementation="cudnn")
+        except (NotImplementedError, ValueError, RuntimeError):  # shapes or a GPU cuDNN does not take
+            pass
+    return keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
+
+
+def attention_with_key_lengths(query, key, value, mask, scale, implementation):
+    """JAX's `dot_product_attention` by `implementation` (`"cudnn"` or
+    `"xla"`) with `mask` and `key_lengths(mask, …)` (see
+    `fused_dot_product_attention`)."""
+    import jax
+
+    lengths = key_lengths(mask, batch_size=query.shape[0], key_length=key.shape[1])
+    return jax.nn.dot_product_attention(
+        query, key, value, mask=mask, scale=scale, key_value_seq_lengths=lengths, implementation=implementation
+    )
+
+
+def key_lengths(mask, batch_size, key_length):
+    """`(batch_size,)` int32: per row of the boolean `mask` (broadcastable
+    to `(batch, heads, queries, keys)`), one past the last key that any
+    query may attend to; `key_length` where none may (the mask alone then
+    decides, as without lengths).
+
+    >>> import numpy as np
+    >>> mask = np.array([[1, 1, 0, 0], [0, 1, 1, 1], [0, 1, 0, 0], [0, 0, 0, 0]], bool)
+    >>> keras.ops.convert_to_numpy(key_lengths(mask[:, None, None, :], 4, 4)).tolist()
+    [2, 4, 2, 4]
+    """
+    mask = keras.ops.convert_to_tensor(mask, dtype="bool")
+    while len(mask.shape) < 4:
+        mask = keras.ops.expand_dims(mask, 0)
+    attended_keys = keras.ops.cast(keras.ops.any(mask, axis=(1, 2)), "int32")
+    keys_after_last = keras.ops.argmax(keras.ops.flip(attended_keys, axis=-1), axis=-1)
+    lengths = keras.ops.cast(key_length - keys_after_last, "int32")
+    return keras.ops.broadcast_to(lengths, (batch_size,))
 
 
 def native_fused_attention():
