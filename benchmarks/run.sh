@@ -76,9 +76,10 @@
 # BERT-base `train_on_batch` steps at 128, ours and KerasHub);
 # train_ftz_atomics (profile_train, then bert_128's train step, with
 # XLA_FLAGS=--xla_backend_extra_options=-nvptx-allow-ftz-atomics: native
-# float atomics in scatter-adds, jax-ml/jax#38806, where jaxlib 0.10.2 and
-# later compile them as compare-and-swap loops; the embedding gradient's
-# scatter took 10 of 21 ms of kernel time per step on the H200).
+# float32 atomics in scatter-adds, jax-ml/jax#38806, where jaxlib 0.10.2
+# and later compile them as compare-and-swap loops; the embedding
+# gradient's scatter, bfloat16 then, took 10 of 21 ms of kernel time per
+# step on the H200).
 # DTYPE as for torch_gpu. Logs (appended to $RESULTS/jax_gpu.log, or LOG)
 # and JSON go to $RESULTS.
 set -uo pipefail

@@ -19,8 +19,8 @@ whose answer depends on the backend live here, one concern per module:
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
 - `sorting`: sorting that every backend's exporter converts;
-- `keras_workarounds`: help Keras needs on one backend (training loops,
-  LiteRT export);
+- `keras_workarounds`: help Keras needs (training loops, LiteRT export,
+  variables read in their own dtype where a layer asks for it);
 - `jax_trainer_state`: Keras' JAX trainer state passed to and from the
   compiled steps without walking the model at every step;
 - `variable_initialization`: variables created holding a checkpoint's
@@ -55,6 +55,7 @@ from attention_zoo_keras.backend_support.gradients import vjp
 from attention_zoo_keras.backend_support.jax_trainer_state import JaxTrainerState
 from attention_zoo_keras.backend_support.keras_workarounds import batches_of_any_width
 from attention_zoo_keras.backend_support.keras_workarounds import litert_export_settings
+from attention_zoo_keras.backend_support.keras_workarounds import variables_in_their_own_dtype
 from attention_zoo_keras.backend_support.keras_workarounds import variables_restored_on_error
 from attention_zoo_keras.backend_support.randomness import seeded_global_random
 from attention_zoo_keras.backend_support.recorded_steps import compile_step
@@ -92,6 +93,7 @@ __all__ = [
     "seeded_global_random",
     "supports_custom_gradients",
     "vjp",
+    "variables_in_their_own_dtype",
     "variables_restored_on_error",
     "write_rows",
 ]

@@ -1,6 +1,7 @@
-"""Where Keras needs help on one backend: weights kept usable after a
-failed `fit` (JAX), batches whose width varies (TensorFlow), and LiteRT
-exported more than once in a process (torch)."""
+"""Where Keras needs help: weights kept usable after a failed `fit` (JAX),
+batches whose width varies (TensorFlow), LiteRT exported more than once in
+a process (torch), and a layer's `autocast = False` honoured on every
+path (all backends)."""
 
 import contextlib
 import importlib.util
@@ -124,3 +125,18 @@ def litert_export_settings(export_format):
         yield
     finally:
         jax.config.update("jax_enable_x64", before)
+
+
+def variables_in_their_own_dtype():
+    """A context in which Keras variables are read in their own dtype (no
+    mixed-precision autocast), for a layer that asks not to be autocast.
+
+    Keras' `Layer.__call__` honours a layer's `autocast = False` only inside
+    an outer autocast scope: called on its own, or from a model's
+    `stateless_call` (which Keras' training and prediction steps run), a
+    layer whose dtype policy is mixed opens a scope of its compute dtype
+    itself, so its float32 variables are read as bfloat16 all the same.
+    """
+    from keras.src.backend import AutocastScope
+
+    return AutocastScope(None)

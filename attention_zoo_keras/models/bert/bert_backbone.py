@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.block_stack import block_stack
+from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
@@ -86,7 +87,7 @@ class BertBackbone(Backbone):
     ):
         # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
-        token_embedding = keras.layers.Embedding(
+        token_embedding = Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),
             dtype=dtype, name="token_embedding",
         )
@@ -94,7 +95,7 @@ class BertBackbone(Backbone):
             max_sequence_length, hidden_dim, initializer=clone_initializer(initializer),
             dtype=dtype, name="position_embedding",
         )
-        segment_embedding = keras.layers.Embedding(
+        segment_embedding = Embedding(
             num_segments, hidden_dim, embeddings_initializer=clone_initializer(initializer),
             dtype=dtype, name="segment_embedding",
         )

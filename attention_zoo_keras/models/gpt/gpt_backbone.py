@@ -10,6 +10,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.block_stack import block_stack
+from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
@@ -98,7 +99,7 @@ class GPTBackbone(Backbone):
 
         # === Layers ===
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
-        token_embedding = keras.layers.Embedding(
+        token_embedding = Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),
             dtype=dtype, name="token_embedding",
         )

@@ -20,6 +20,7 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.layers.axial_position_embedding import AxialPositionEmbedding
+from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
@@ -180,7 +181,7 @@ class ReformerBackbone(Backbone):
 
         # === Layers ===
         chunk_padding = ChunkPadding(chunks, pad_token_id, dtype=dtype, name="chunk_padding")
-        token_embedding = keras.layers.Embedding(
+        token_embedding = Embedding(
             vocabulary_size, hidden_dim, embeddings_initializer=clone_initializer(initializer),
             dtype=dtype, name="token_embedding",
         )

@@ -19,6 +19,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.block_stack import block_stack
+from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
@@ -145,7 +146,7 @@ class TransformerBackbone(Backbone):
 
         # === Layers ===
         def embedding(size, name):
-            return keras.layers.Embedding(
+            return Embedding(
                 size, hidden_dim, embeddings_initializer=clone_initializer(embeddings_initializer),
                 dtype=dtype, name=name,
             )

@@ -27,6 +27,7 @@ from keras import ops
 
 from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.co_attention import CoAttentionBlock
+from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
@@ -180,7 +181,7 @@ class ViLBERTBackbone(Backbone):
         initializer = keras.initializers.TruncatedNormal(stddev=initializer_range)
 
         def embedding(count, name):
-            return keras.layers.Embedding(
+            return Embedding(
                 count, hidden_dim, embeddings_initializer=clone_initializer(initializer),
                 dtype=dtype, name=name,
             )
