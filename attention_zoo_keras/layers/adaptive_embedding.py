@@ -20,6 +20,7 @@ import math
 import keras
 from keras import ops
 
+from attention_zoo_keras.backend_support import variables_in_their_own_dtype
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.registration import register
 
@@ -187,16 +188,21 @@ class AdaptiveEmbedding(keras.layers.Layer):
     def call(self, token_ids):
         token_ids = ops.cast(token_ids, "int32")
         dtype = self.compute_dtype
-        if len(self.embeddings) == 1:
-            output = ops.take(ops.cast(self.embeddings[0], dtype), token_ids, axis=0)
+        # Rows are gathered from the tables in their own dtype, then cast: under
+        # mixed precision the tables' gradients are summed in float32 (see
+        # `layers.embedding`).
+        with variables_in_their_own_dtype():
+            tables = [ops.convert_to_tensor(table) for table in self.embeddings]
+        if len(tables) == 1:
+            output = ops.cast(ops.take(tables[0], token_ids, axis=0), dtype)
             if self.projections[0] is not None:
                 output = ops.matmul(output, ops.cast(self.projections[0], dtype))
         else:
             output = None
-            for (start, stop), table, projection in zip(self.cluster_bounds, self.embeddings, self.projections):
+            for (start, stop), table, projection in zip(self.cluster_bounds, tables, self.projections):
                 local_ids = ops.clip(token_ids - start, 0, stop - start - 1)
                 cluster = ops.matmul(
-                    ops.take(ops.cast(table, dtype), local_ids, axis=0), ops.cast(projection, dtype)
+                    ops.cast(ops.take(table, local_ids, axis=0), dtype), ops.cast(projection, dtype)
                 )
                 member = ops.expand_dims(ops.logical_and(token_ids >= start, token_ids < stop), -1)
                 cluster = ops.where(member, cluster, ops.zeros_like(cluster))

@@ -145,3 +145,25 @@ def test_bad_arguments(arguments, message):
     arguments = {"vocabulary_size": VOCABULARY, "embedding_dim": 8, "output_dim": 6, **arguments}
     with pytest.raises(ValueError, match=message):
         AdaptiveEmbedding(**arguments)
+
+
+def test_mixed_precision_table_gradient_is_summed_in_float32():
+    """As `layers.Embedding` (tests/layers/test_embedding.py): 2,000
+    positions of one token, from a model's `stateless_call`; the scale
+    √d_out = 2 is exact, so the upstream gradient the table receives holds
+    bfloat16 numbers, whose float64 sums are the reference."""
+    from attention_zoo_keras import backend_support
+
+    rng = np.random.default_rng(0)
+    ids = np.where(rng.random((4, 500)) < 0.9, 1, rng.integers(0, 5, (4, 500))).astype("int32")
+    inputs = keras.Input((500,), dtype="int32")
+    model = keras.Model(inputs, AdaptiveEmbedding(5, 4, output_dim=4, dtype="mixed_bfloat16")(inputs))
+    cotangent = keras.ops.cast(rng.normal(size=(4, 500, 4)).astype("float32"), "bfloat16")
+    _, pullback = backend_support.vjp(
+        lambda tables: model.stateless_call(tables, [], ids)[0], [model.trainable_variables[0].value]
+    )
+    (gradient,) = pullback(cotangent)
+    expected = np.zeros((5, 4))
+    upstream = keras.ops.convert_to_numpy(keras.ops.cast(cotangent, "float32")).reshape(-1, 4).astype("float64")
+    np.add.at(expected, ids.reshape(-1), 2.0 * upstream)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(gradient), expected, rtol=1e-4, atol=1e-4)
