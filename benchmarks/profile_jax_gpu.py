@@ -92,8 +92,10 @@ def profile_call(call, steps, rows, python_rows=0):
     by inclusive time)."""
     import jax
 
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 1 if python_rows else 0  # (the Python tracer slows the call it watches)
     with tempfile.TemporaryDirectory() as log_dir:
-        with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+        with jax.profiler.trace(log_dir, create_perfetto_trace=True, profiler_options=options):
             start, cpu_start = time.perf_counter(), time.process_time()
             call()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
