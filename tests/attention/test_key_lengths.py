@@ -113,6 +113,9 @@ def _with_and_without_key_lengths(monkeypatch, compute):
 
 @pytest.mark.skipif(not JAX, reason="the key lengths are given to JAX's cuDNN attention")
 def test_a_half_precision_bert_with_key_lengths_computes_what_it_computes_without(key_lengths_on_a_cpu, monkeypatch):
+    """A right-padded bfloat16 batch through two layers: every layer's
+    attention takes the key lengths, and the unpadded positions' outputs
+    are those of the mask alone."""
     keras.utils.set_random_seed(0)
     backbone = azk.models.BertBackbone(
         vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=16,
@@ -142,7 +145,8 @@ def test_a_half_precision_bert_with_key_lengths_computes_what_it_computes_withou
 
 @pytest.mark.skipif(not JAX, reason="the key lengths are given to JAX's cuDNN attention")
 def test_float32_attention_is_left_to_keras(key_lengths_on_a_cpu):
-    """cuDNN's fused attention takes half precision only."""
+    """cuDNN's fused attention takes half precision only: in float32 no key
+    lengths are asked for (checked where the path is made to run on a CPU)."""
     mask = np.ones((2, 1, 4, 4), bool)
     query = np.ones((2, 4, 2, 8), "float32")
     azk.attention.softmax_attention(query, query, query, attention_mask=mask)
