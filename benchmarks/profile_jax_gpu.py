@@ -26,10 +26,9 @@ import time
 
 from benchmarks.bert_benchmark import BERT_BASE
 from benchmarks.bert_benchmark import TINY as BERT_TINY
+from benchmarks.bert_benchmark import build_contender
 from benchmarks.bert_benchmark import keras_data
 from benchmarks.bert_benchmark import keras_dtype
-from benchmarks.bert_benchmark import keras_step
-from benchmarks.bert_benchmark import LEARNING_RATE
 from benchmarks.bert_benchmark import make_inputs
 from benchmarks.gpt_generation_benchmark import GPT2_SMALL
 from benchmarks.gpt_generation_benchmark import TINY as GPT_TINY
@@ -109,7 +108,8 @@ def profile_call(call, steps, rows, python_rows=0):
         "kernel_us": sum(duration for _, duration in kernels) / steps,
         "kernels": len(kernels) / steps,
     }
-    return numbers, _largest(kernels, steps, rows) + _largest(python_calls(trace), steps, python_rows)
+    top = _largest(kernels, steps, rows)
+    return numbers, top + (_largest(python_calls(trace), steps, python_rows) if python_rows else [])
 
 
 def _largest(events, steps, rows):
@@ -186,33 +186,25 @@ def profile_bert(args):
 
 
 def profile_training(args):
-    """`train_on_batch` as `bert_benchmark.py` times it (the same models,
-    optimizers and step), five steps profiled: whether the step waits on
-    the host (kernel time far below wall time) or on the GPU."""
+    """`train_on_batch` as `bert_benchmark.py` times it (its own contenders,
+    built by `build_contender`: the same models, optimizers and step), five
+    steps profiled: whether the step waits on the host (kernel time far
+    below wall time) or on the GPU."""
+    import types
+
     import jax
     import keras
 
     config = BERT_TINY if args.tiny else BERT_BASE
-    dtype = keras_dtype(args.dtype, "training")
-    print(f"\n# BERT train_on_batch, batch {args.batch_size}, padded rows, {dtype}; per step")
+    settings = types.SimpleNamespace(dtype=args.dtype, jit_compile="auto", outputs="device")
+    print(f"\n# BERT train_on_batch, batch {args.batch_size}, padded rows, {keras_dtype(args.dtype, 'training')}; per step")
     for seq_len in args.seq_lens:
-        inputs, targets = keras_data(
-            make_inputs(args.batch_size, seq_len, config["vocabulary_size"], no_padding=False), config, "jax", None
-        )
+        inputs = make_inputs(args.batch_size, seq_len, config["vocabulary_size"], no_padding=False)
         for name in args.bert_contenders.split(","):
             keras.utils.set_random_seed(0)
-            if name == "keras_hub":
-                import keras_hub
-
-                model = keras_hub.models.BertBackbone(**config, dtype=dtype)
-                optimizer = keras.optimizers.Adam(LEARNING_RATE)
-            else:
-                from attention_zoo_keras.models import BertBackbone
-                from attention_zoo_keras.optimizers import FusedAdam
-
-                model = BertBackbone(**config, dtype=dtype)
-                optimizer = FusedAdam(LEARNING_RATE)
-            step, _ = keras_step(model, "training", inputs, targets, "auto", optimizer, "device")
+            step, _, _, _ = build_contender(
+                name, "training", settings, config, inputs, keras_data(inputs, config, "jax", None), None
+            )
             for _ in range(3):
                 step()
             steps = 5
