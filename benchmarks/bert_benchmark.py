@@ -27,11 +27,11 @@ intermediate 3072, 512 positions, 2 segments, dropout 0.1; or with --small
   padding mask alone, without each row's key length
   (``backend_support.fused_dot_product_attention``), so that it reads the
   padded keys too.
-* ``ours_lengths_only`` (JAX only): an upper bound, not a model to use:
-  ours with cuDNN's attention given each row's key length and no mask (no
-  bias to read), which is the same attention only because this script's
-  rows are right-padded; what telling a right-padded mask apart before
-  the compiled step could gain.
+* ``ours_padding_in_place`` (JAX only): ours built with the padding where
+  the inputs have it, the blocks given the padding mask (and cuDNN each
+  row's key length beside it), as before 2026-11-28; ours moves each row's
+  padding after its tokens and gives the attention key lengths alone
+  (``layers.padding_last``), so cuDNN reads no mask.
 * ``ours_one_hot_embedding_gradient`` (JAX only): a candidate, not yet in
   the library: ours with the gradient of every ``Embedding`` lookup
   computed as a matrix product, one-hot(ids)ᵀ · upstream gradient (in
@@ -131,6 +131,7 @@ Example::
 """
 
 import argparse
+import functools
 import gc
 import os
 import sys
@@ -174,11 +175,14 @@ SMALL = dict(BERT_BASE, num_layers=4, num_heads=2, hidden_dim=128, intermediate_
 # A few-second smoke test of the script itself (--tiny); not a benchmark.
 TINY = dict(BERT_BASE, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=128)
 CONTENDERS = (
-    "ours", "ours_eager", "ours_xla_attention", "ours_jax_gelu", "ours_mask_only", "ours_lengths_only",
-    "ours_one_hot_embedding_gradient", "keras_hub", "transformers", "transformers_compiled"
+    "ours", "ours_eager", "ours_xla_attention", "ours_jax_gelu", "ours_mask_only",
+    "ours_padding_in_place", "ours_one_hot_embedding_gradient", "keras_hub", "transformers", "transformers_compiled"
 )
 TORCH_ONLY = ("ours_eager", "transformers", "transformers_compiled")
-JAX_ONLY = ("ours_xla_attention", "ours_jax_gelu", "ours_mask_only", "ours_lengths_only", "ours_one_hot_embedding_gradient")
+JAX_ONLY = (
+    "ours_xla_attention", "ours_jax_gelu", "ours_mask_only", "ours_padding_in_place",
+    "ours_one_hot_embedding_gradient",
+)
 DEFAULT_CONTENDERS = tuple(name for name in CONTENDERS if name not in JAX_ONLY)
 LEARNING_RATE = 1e-5
 
@@ -220,7 +224,7 @@ def parse_args(argv=None):
         help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
         "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only; "
-        "ours_xla_attention, ours_jax_gelu, ours_mask_only, ours_lengths_only and ours_one_hot_embedding_gradient, JAX "
+        "ours_xla_attention, ours_jax_gelu, ours_mask_only, ours_padding_in_place and ours_one_hot_embedding_gradient, JAX "
         "only, not run unless named: see the module docstring)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
@@ -506,10 +510,14 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
         model = keras_hub.models.BertBackbone(**config, dtype=dtype)
         optimizer, optimizer_name = keras.optimizers.Adam(LEARNING_RATE), "keras.optimizers.Adam"
     else:
+        from attention_zoo_keras.backend_support import attention_kernels
         from attention_zoo_keras.models import BertBackbone
         from attention_zoo_keras.optimizers import FusedAdam
 
-        model = BertBackbone(**config, dtype=dtype)
+        build = functools.partial(BertBackbone, **config, dtype=dtype)
+        if name == "ours_padding_in_place":
+            build = with_setting(build, attention_kernels, "_PADDING_LAST_UNDER_JAX", False)
+        model = build()
         optimizer = FusedAdam(LEARNING_RATE)
         optimizer_name = "FusedAdam (the library's default; one fused kernel on torch)"
     inputs, targets = keras_inputs
@@ -535,28 +543,12 @@ def build_contender(name, mode, args, config, inputs, keras_inputs, device):
 
         step = with_setting(step, attention_kernels, "_KEY_LENGTHS_FOR_CUDNN", False)
         path += ", cuDNN's attention given the mask alone (no key lengths)"
-    if name == "ours_lengths_only":
-        step, path = with_lengths_only(step), path + ", cuDNN's attention given key lengths and no mask (upper bound)"
+    if name == "ours_padding_in_place":
+        path += ", built with the padding in place (its mask to the blocks, cuDNN given key lengths beside it)"
     if name == "ours_one_hot_embedding_gradient":
         step = with_one_hot_embedding_gradient(step)
         path += ", embedding gradients as one-hot matrix products (candidate)"
     return step, path, model.count_params(), optimizer_name if mode == "training" else None
-
-
-def with_lengths_only(step):
-    """`step` with the library's attention by key lengths given no mask
-    (`ours_lengths_only`: right-padded rows only)."""
-    import jax
-
-    from attention_zoo_keras.backend_support import attention_kernels
-
-    def lengths_only(query, key, value, mask, scale, implementation):
-        lengths = attention_kernels.key_lengths(mask, batch_size=query.shape[0], key_length=key.shape[1])
-        return jax.nn.dot_product_attention(
-            query, key, value, scale=scale, key_value_seq_lengths=lengths, implementation=implementation
-        )
-
-    return with_setting(step, attention_kernels, "attention_with_key_lengths", lengths_only)
 
 
 def with_one_hot_embedding_gradient(step):
@@ -566,8 +558,6 @@ def with_one_hot_embedding_gradient(step):
     bfloat16, g is the transpose of the cast to it and so holds bfloat16
     values: the product runs in bfloat16 with float32 sums, exactly;
     elsewhere in float32 at full precision."""
-    import functools
-
     import jax
     import jax.numpy as jnp
     import keras
@@ -606,8 +596,6 @@ def with_xla_attention(step):
     traces) given `flash_attention=False`: on a JAX GPU, XLA's own fusions
     instead of cuDNN's fused kernel (which the key lengths would reach
     directly: they are turned off)."""
-    import functools
-
     import keras
 
     from attention_zoo_keras.backend_support import attention_kernels

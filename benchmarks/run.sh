@@ -60,13 +60,14 @@
 #
 # jax_gpu (issue 22's GPU measurements, on a machine with a CUDA GPU and jax,
 # and (carried) keras, keras-hub, kagglehub): parts (PARTS, default all):
-# tests (the JAX tests of cuDNN's attention with key lengths on the GPU);
+# tests (the JAX tests of cuDNN's attention with key lengths, and of BERT
+# with its padding moved last, on the GPU);
 # gpt (GPT-2 small greedy, batch 1, 8 and 32: GPT_CONTENDERS, default ours,
 # ours with cuDNN's attention given the mask alone, KerasHub);
 # gpt_command_buffers (ours with XLA's command buffers for while loops and
 # conditionals, XLA_FLAGS); bert_128 (BERT-base forward and mixed-precision
-# train step at 128, batch 32: BERT_CONTENDERS, default ours, ours with
-# JAX's own exact GELU (by erfc) instead of the library's rational erf,
+# train step at 128, batch 32: BERT_CONTENDERS, default ours, ours built
+# with the padding in place (its mask to the blocks, not moved last),
 # ours with cuDNN's attention given the padding mask alone, KerasHub);
 # bert_512 (the forward at 512); bert_forward (the forward at 128 and 512);
 # profile (`profile_jax_gpu.py`: kernels of one
@@ -169,14 +170,14 @@ jax_gpu() {
     local gpt=("$PYTHON" -m benchmarks.gpt_generation_benchmark --dtype "$dtype" --prompt-len 32 --new-tokens 128
                --warmup 2 --repeats 5)
     local bert=("$PYTHON" -m benchmarks.bert_benchmark --batch-size 32 --outputs device --warmup 3 --repeats 20
-                --dtype "$dtype" --contenders "${BERT_CONTENDERS:-ours,ours_jax_gelu,ours_mask_only,keras_hub}")
+                --dtype "$dtype" --contenders "${BERT_CONTENDERS:-ours,ours_padding_in_place,ours_mask_only,keras_hub}")
     local command_buffers="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 
     for part in $parts; do
         echo "## part $part ($dtype), $(date -u +%T)"
         case $part in
-            tests) timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/attention/test_key_lengths.py \
-                tests/attention/test_softmax.py ;;
+            tests) timeout 120 "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/attention/test_key_lengths.py \
+                tests/attention/test_softmax.py tests/layers/test_padding_last.py ;;
             gpt) timeout 170 "${gpt[@]}" --batch-sizes 1 8 32 --contenders "${GPT_CONTENDERS:-ours,ours_mask_only,keras_hub}" \
                 --json "$RESULTS/jax_gpt_$dtype.json" ;;
             gpt_command_buffers) XLA_FLAGS="--xla_gpu_enable_command_buffer=$command_buffers" timeout 80 \

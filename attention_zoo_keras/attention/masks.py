@@ -2,9 +2,9 @@
 
 A mask is `True` where a query may attend to a key, broadcastable to
 `(batch, num_heads, query_length, key_length)`. This module builds the
-causal pattern, brings user masks to rank 4, reads a mask at the
-(query, key) pairs a blockwise mechanism visits, and gives the logit that
-stands for "masked" under softmax.
+causal pattern and the mask of per-row key lengths, brings user masks to
+rank 4, reads a mask at the (query, key) pairs a blockwise mechanism
+visits, and gives the logit that stands for "masked" under softmax.
 """
 
 from keras import ops
@@ -35,6 +35,18 @@ def relative_distances(query_length, key_length, query_offset):
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
     key_positions = ops.arange(key_length, dtype="int32")
     return key_positions[None, :] - query_positions[:, None]
+
+
+def key_length_mask(key_lengths, key_length):
+    """Boolean `(batch, 1, 1, key_length)`: row b's queries see the keys
+    before `key_lengths[b]` (a right-padded row's tokens).
+
+    >>> import keras
+    >>> keras.ops.convert_to_numpy(key_length_mask([1, 3], 3))[:, 0, 0].tolist()
+    [[True, False, False], [True, True, True]]
+    """
+    lengths = ops.cast(ops.convert_to_tensor(key_lengths), "int32")
+    return ops.arange(key_length, dtype="int32")[None, None, None, :] < lengths[:, None, None, None]
 
 
 def masked_logit(dtype):

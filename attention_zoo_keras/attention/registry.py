@@ -78,6 +78,9 @@ CALL_ARGUMENTS = (
 DECODING_ARGUMENTS = ("query_offset",)
 # Arguments `attention_probabilities` sets to look inside a mechanism, never options.
 INSPECTION_ARGUMENTS = ("separate_rounds",)
+# An argument a mechanism may take in place of `attention_mask`: each row's
+# number of keys (right-padded rows), which fused kernels take without a mask.
+KEY_LENGTHS_ARGUMENT = "key_lengths"
 # Arguments of a weights function that the layer supplies.
 WEIGHTS_FUNCTION_ARGUMENTS = ("num_heads", "head_dim")
 
@@ -171,13 +174,23 @@ def mechanism_options(name):
     weights = mechanism.weights
     excluded = set(
         CALL_ARGUMENTS + DECODING_ARGUMENTS + INSPECTION_ARGUMENTS + WEIGHTS_FUNCTION_ARGUMENTS + mechanism.inputs
-    )
+    ) | {KEY_LENGTHS_ARGUMENT}
     if weights is not None:
         excluded |= set(weights(num_heads=1, head_dim=1))  # the weight arguments' names
     options = _keyword_defaults(mechanism.function, excluded)
     if weights is not None:
         options.update(_keyword_defaults(weights, excluded))
     return options
+
+
+def takes_key_lengths(name):
+    """Whether mechanism `name` takes `key_lengths=` in place of a mask
+    (`attention.softmax_attention` does).
+
+    >>> takes_key_lengths("softmax"), takes_key_lengths("local")
+    (True, False)
+    """
+    return KEY_LENGTHS_ARGUMENT in inspect.signature(get_mechanism(name)).parameters
 
 
 def check_options(name, options):

@@ -14,9 +14,12 @@ causal mode, and masks are shaped so that the fused kernel accepts them
 (`backend_support.mask_for_fused_attention`; checked on an H100 in
 `benchmarks/gpu_attention_benchmark.py`); under JAX on a GPU cuDNN is also
 given each row's key length, so it skips the keys after the last one the
-mask lets a row see (`backend_support.fused_dot_product_attention`). Training with attention dropout uses PyTorch's fused kernel
-with dropout on torch; JAX and TensorFlow have none, so there the explicit
-einsum path computes the probabilities and drops them out.
+mask lets a row see (`backend_support.fused_dot_product_attention`), and
+given only the lengths where the caller passes `key_lengths` instead of a
+mask (right-padded rows: `layers.padding_last_order`). Training with
+attention dropout uses PyTorch's fused kernel with dropout on torch; JAX
+and TensorFlow have none, so there the explicit einsum path computes the
+probabilities and drops them out.
 
 Incremental decoding keeps a key/value cache (`decoding.KeyValueCache`,
 registered as the "softmax" decoding): the keys and values of every
@@ -32,6 +35,7 @@ from attention_zoo_keras import backend_support
 from attention_zoo_keras.attention.decoding import KeyValueCache
 from attention_zoo_keras.attention.decoding import attend_over_cache
 from attention_zoo_keras.attention.masks import causal_mask
+from attention_zoo_keras.attention.masks import key_length_mask
 from attention_zoo_keras.attention.masks import masked_logit
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
@@ -55,6 +59,7 @@ def softmax_attention(
     training=False,
     seed_generator=None,
     scale=None,
+    key_lengths=None,
 ):
     """Softmax attention over `(batch, length, num_heads, head_dim)` tensors.
 
@@ -72,6 +77,11 @@ def softmax_attention(
         seed_generator: `keras.random.SeedGenerator` or None. The dropout's
             seed generator.
         scale: float or None. The logit scale; `None`: `1 / sqrt(H)`.
+        key_lengths: int tensor `(B,)` or None. Instead of
+            `attention_mask`: row b's queries see its first
+            `key_lengths[b]` keys (right-padded rows, e.g. after
+            `layers.padding_last_order`), which the fused kernel under JAX
+            on a GPU takes without reading a mask.
 
     Returns:
         `(B, T, N, M)`.
@@ -91,6 +101,12 @@ def softmax_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     dropout_rate = dropout_rate if training else 0.0
+    lengths = None
+    if key_lengths is not None:
+        if attention_mask is not None:
+            raise ValueError("Pass attention_mask or key_lengths, not both.")
+        attention_mask = key_length_mask(key_lengths, key_length)
+        lengths = None if is_causal else ops.cast(key_lengths, "int32")
     # Causal self-attention: the kernels' own causal mode (FlashAttention on
     # torch, cuDNN's causal attention on JAX) rather than a mask they must read.
     own_causal_mode = (
@@ -104,7 +120,7 @@ def softmax_attention(
         return native(query, key, value, mask, scale, dropout_rate, is_causal=own_causal_mode)
     if dropout_rate == 0.0:
         mask = backend_support.mask_for_fused_attention(mask, query_length, key_length)
-        return _fused_attention(query, key, value, scale, mask=mask, is_causal=own_causal_mode)
+        return _fused_attention(query, key, value, scale, mask=mask, is_causal=own_causal_mode, lengths=lengths)
     logits = ops.einsum("btnh,bsnh->bnts", query, key) * ops.cast(scale, query.dtype)
     if mask is not None:
         logits = ops.where(mask, logits, masked_logit(logits.dtype))
@@ -113,7 +129,7 @@ def softmax_attention(
     return ops.einsum("bnts,bsnh->btnh", probabilities, value)
 
 
-def _fused_attention(query, key, value, scale, mask=None, is_causal=False):
+def _fused_attention(query, key, value, scale, mask=None, is_causal=False, lengths=None):
     """`keras.ops.dot_product_attention` (through
     `backend_support.fused_dot_product_attention`), also for a value head size `M`
     other than the query's `D`.
@@ -129,7 +145,9 @@ def _fused_attention(query, key, value, scale, mask=None, is_causal=False):
         query, key = ops.pad(query, widths), ops.pad(key, widths)
     elif value_depth < depth:
         value = ops.pad(value, [[0, 0]] * (len(value.shape) - 1) + [[0, depth - value_depth]])
-    output = backend_support.fused_dot_product_attention(query, key, value, mask, scale, is_causal=is_causal)
+    output = backend_support.fused_dot_product_attention(
+        query, key, value, mask, scale, is_causal=is_causal, lengths=lengths
+    )
     return output if value_depth >= depth else output[..., :value_depth]
 
 

@@ -31,6 +31,7 @@ importing this library under JAX or PyTorch never imports TensorFlow.
 """
 
 from attention_zoo_keras.backend_support.activation_kernels import exact_gelu
+from attention_zoo_keras.backend_support.attention_kernels import encoders_move_padding_last
 from attention_zoo_keras.backend_support.attention_kernels import fused_dot_product_attention
 from attention_zoo_keras.backend_support.attention_kernels import mask_for_fused_attention
 from attention_zoo_keras.backend_support.attention_kernels import native_fused_attention
@@ -80,6 +81,7 @@ __all__ = [
     "exact_gelu",
     "fill_columns",
     "fused_adam_update",
+    "encoders_move_padding_last",
     "fused_dot_product_attention",
     "initialized_from",
     "is_integer_dtype",

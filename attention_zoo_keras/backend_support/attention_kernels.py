@@ -12,6 +12,18 @@ from attention_zoo_keras.backend_support.environment import jax_compiles_for_gpu
 # Whether JAX's cuDNN attention is given each row's key length beside the
 # mask (a benchmark contender turns it off to measure the mask alone).
 _KEY_LENGTHS_FOR_CUDNN = True
+# Whether encoders under JAX move padding last and attend by key lengths (a
+# benchmark contender builds its model without, to measure what it gains).
+_PADDING_LAST_UNDER_JAX = True
+
+
+def encoders_move_padding_last():
+    """Whether an encoder built now reorders each row's padding after its
+    tokens and gives its attention key lengths instead of a mask
+    (`layers.padding_last`): under JAX, whose cuDNN kernel then reads no
+    mask on a GPU (on a CPU the mask the lengths imply costs what the
+    padding mask did). Other backends' fused kernels take no lengths."""
+    return backend_name() == "jax" and _PADDING_LAST_UNDER_JAX
 
 
 def mask_for_fused_attention(mask, query_length, key_length):
@@ -26,11 +38,15 @@ def mask_for_fused_attention(mask, query_length, key_length):
     return keras.ops.broadcast_to(mask, tuple(keras.ops.shape(mask)[:-2]) + (query_length, key_length))
 
 
-def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False):
+def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False, lengths=None):
     """`keras.ops.dot_product_attention(query, key, value, mask=mask,
     scale=scale, is_causal=is_causal)` for `(batch, length, heads,
     head_dim)` tensors and a boolean `mask` broadcastable to `(batch,
     heads, query_length, key_length)` (or `None`).
+
+    `lengths`: `(batch,)` int32 or `None`; given where `mask` is exactly
+    each row's keys before its length (`attention.masks.key_length_mask`:
+    right-padded rows, as `layers.padding_last` makes them).
 
     Under JAX on a GPU, in half precision, with a mask, cuDNN's kernel is
     also given each row's key length (`key_lengths`): one past the last key
@@ -39,7 +55,8 @@ def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False)
     kernel skips those keys' blocks instead of reading them and their bias
     (in a right-padded batch, the padding; in a decoding step, the cache
     not yet written). A left-padded row's length is the whole key length,
-    so no mask shape needs telling apart. Where cuDNN refuses the inputs,
+    so no mask shape needs telling apart. Given `lengths`, cuDNN takes
+    them alone and reads no mask at all. Where cuDNN refuses the inputs,
     Keras chooses the kernel as before.
     """
     if (
@@ -49,19 +66,23 @@ def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False)
         and jax_compiles_for_gpu()
     ):
         try:
-            return attention_with_key_lengths(query, key, value, mask, scale, implementation="cudnn")
+            return attention_with_key_lengths(query, key, value, mask, scale, implementation="cudnn", lengths=lengths)
         except (NotImplementedError, ValueError, RuntimeError):  # shapes or a GPU cuDNN does not take
             pass
     return keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
 
 
-def attention_with_key_lengths(query, key, value, mask, scale, implementation):
+def attention_with_key_lengths(query, key, value, mask, scale, implementation, lengths=None):
     """JAX's `dot_product_attention` by `implementation` (`"cudnn"` or
-    `"xla"`) with `mask` and `key_lengths(mask, …)` (see
+    `"xla"`) with `mask` and `key_lengths(mask, …)`, or with `lengths`
+    alone where the caller says they are the mask (see
     `fused_dot_product_attention`)."""
     import jax
 
-    lengths = key_lengths(mask, batch_size=query.shape[0], key_length=key.shape[1])
+    if lengths is None:
+        lengths = key_lengths(mask, batch_size=query.shape[0], key_length=key.shape[1])
+    else:
+        mask = None
     return jax.nn.dot_product_attention(
         query, key, value, mask=mask, scale=scale, key_value_seq_lengths=lengths, implementation=implementation
     )

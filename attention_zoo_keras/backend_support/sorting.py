@@ -1,5 +1,6 @@
 """Sorting that every backend's exporter can convert."""
 
+import keras
 from keras import ops
 
 from attention_zoo_keras.backend_support.environment import backend_name
@@ -15,9 +16,10 @@ def argsort_distinct(keys):
     not asked to be stable (`torch.argsort`, exported as ONNX `TopK`).
     Elsewhere it is Keras' `argsort` (a top-k in its place would not do under
     JAX: `lax.top_k` lowers to a StableHLO composite that TensorFlow's
-    SavedModel runtime cannot read).
+    SavedModel runtime cannot read). A symbolic Keras tensor (a functional
+    model being built) gets Keras' `argsort` for its shape.
     """
-    if backend_name() == "torch":
+    if backend_name() == "torch" and not isinstance(keys, keras.KerasTensor):
         import torch
 
         return torch.argsort(ops.convert_to_tensor(keys), dim=-1).to(torch.int32)

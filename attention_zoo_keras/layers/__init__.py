@@ -8,6 +8,8 @@ from attention_zoo_keras.layers.activations import get_activation
 from attention_zoo_keras.layers.co_attention import CoAttentionBlock
 from attention_zoo_keras.layers.feed_forward import FeedForward
 from attention_zoo_keras.layers.multi_head_attention import MultiHeadAttention
+from attention_zoo_keras.layers.padding_last import PermutePositions
+from attention_zoo_keras.layers.padding_last import padding_last_order
 from attention_zoo_keras.layers.patch_embedding import PatchEmbedding
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.reversible import ReversibleSequence

@@ -21,11 +21,34 @@ _recorders = []  # the attention_maps calls in progress, innermost last
 
 class Recorder(dict):
     """The maps of one `attention_maps` call, `{name: probabilities}`;
-    `hash_rounds`: whether hashing mechanisms give each round's maps."""
+    `hash_rounds`: whether hashing mechanisms give each round's maps;
+    `positions`: `None`, or where a model reordered its rows' positions
+    (`layers.PermutePositions`), the `(batch, length)` input position at
+    each index, by which the maps are put back in the inputs' order."""
 
     def __init__(self, hash_rounds):
         super().__init__()
         self.hash_rounds = hash_rounds
+        self.positions = None
+
+    def reorder_positions(self, order):
+        """The model went on with `x[b, order[b, s]]` at index `s` of row `b`."""
+        order = np.asarray(order)
+        if self.positions is not None:
+            order = np.take_along_axis(self.positions, order, axis=1)
+        identity = (order == np.arange(order.shape[1])).all()
+        self.positions = None if identity else order
+
+    def in_input_order(self, probabilities):
+        """`probabilities` (`(B, N, ..., T, S)`) with its query and key axes
+        in the inputs' order where they span the reordered positions."""
+        if self.positions is None or probabilities.shape[-2:] != (self.positions.shape[1],) * 2:
+            return probabilities
+        index = np.argsort(self.positions, axis=1)  # the index each input position went to
+        batch, length = index.shape
+        leading = (batch,) + (1,) * (probabilities.ndim - 3)
+        probabilities = np.take_along_axis(probabilities, index.reshape(leading + (length, 1)), axis=-2)
+        return np.take_along_axis(probabilities, index.reshape(leading + (1, length)), axis=-1)
 
 
 def active_recorder():
@@ -44,7 +67,8 @@ def record_probabilities(recorder, layer, probabilities):
     while name in recorder:
         calls += 1
         name = f"{layer.path}#{calls}"
-    recorder[name] = np.asarray(keras.ops.convert_to_numpy(probabilities), dtype="float32")
+    probabilities = np.asarray(keras.ops.convert_to_numpy(probabilities), dtype="float32")
+    recorder[name] = recorder.in_input_order(probabilities)
 
 
 @contextlib.contextmanager

@@ -20,11 +20,13 @@ from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.attention import attention_probabilities
 from attention_zoo_keras.attention import get_mechanism
+from attention_zoo_keras.attention.masks import key_length_mask
 from attention_zoo_keras.attention.registry import call_options
 from attention_zoo_keras.attention.registry import check_options
 from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.attention.registry import mechanism_inputs
 from attention_zoo_keras.attention.registry import mechanism_weights
+from attention_zoo_keras.attention.registry import takes_key_lengths
 from attention_zoo_keras.backend_support import is_concrete
 from attention_zoo_keras.layers.attention_maps import active_recorder
 from attention_zoo_keras.layers.attention_maps import record_probabilities
@@ -68,6 +70,12 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask: bool tensor of shape
             `(batch, query_length or 1, key_length)` or None. `True` where a
             query may attend to a key.
+        key_lengths: int tensor of shape `(batch,)` or None. Instead of
+            `attention_mask`, without a cache: row b's queries see its first
+            `key_lengths[b]` keys (right-padded rows, e.g. reordered by
+            `layers.padding_last_order`). A mechanism that takes them
+            (softmax: under JAX on a GPU cuDNN then reads no mask) gets the
+            lengths themselves; the others the mask they imply.
         is_causal: bool. Also mask out later positions.
         cache: tuple of tensors or None. A decoding cache for incremental
             decoding (self-attention only), from `initial_cache`: for softmax a
@@ -194,6 +202,7 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index=None,
         key_value=None,
         mechanism_arguments=None,
+        key_lengths=None,
     ):
         arguments = {**self._mechanism_arguments(), **(mechanism_arguments or {})}
         missing = [name for name in mechanism_inputs(self.attention) if name not in arguments]
@@ -204,6 +213,8 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         query_heads = self._split_heads(self.query_dense(query))
         mask = None if attention_mask is None else attention_mask[:, None, :, :]
+        if key_lengths is not None and (attention_mask is not None or cache is not None):
+            raise ValueError("key_lengths replaces attention_mask, for calls without a decoding cache.")
         if cache is not None:
             if value is not None or key_value is not None:
                 raise ValueError("A decoding cache is only supported for self-attention (value=None).")
@@ -230,6 +241,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 key_value = self.project_key_value(query if value is None else value)
             elif value is not None:
                 raise ValueError("Pass value or key_value, not both.")
+            mechanism_mask, lengths_argument = mask, {}
+            if key_lengths is not None:  # softmax takes the lengths; the maps and the other mechanisms a mask
+                mask = key_length_mask(key_lengths, ops.shape(key_value[0])[1])
+                if takes_key_lengths(self.attention):
+                    mechanism_mask, lengths_argument = None, {"key_lengths": key_lengths}
+                else:
+                    mechanism_mask = mask
             recorder = active_recorder()
             if recorder is not None and is_concrete(query_heads):  # inside `attention_maps`
                 probabilities = self._attention_probabilities(
@@ -239,12 +257,13 @@ class MultiHeadAttention(keras.layers.Layer):
             attended = self._mechanism(
                 query_heads,
                 *key_value,
-                attention_mask=mask,
+                attention_mask=mechanism_mask,
                 is_causal=is_causal,
                 dropout_rate=self.dropout,
                 training=bool(training),
                 seed_generator=self.seed_generator,
                 **arguments,
+                **lengths_argument,
             )
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
         merged = ops.reshape(attended, (batch, length, self.num_heads * self.head_dim))

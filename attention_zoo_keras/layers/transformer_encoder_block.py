@@ -49,6 +49,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         attention_mask: bool tensor of shape `(batch, 1 or length, length)`
             or None. With a cache, `(batch, 1 or length, positions)` over
             absolute positions.
+        key_lengths: int tensor of shape `(batch,)` or None. Instead of
+            `attention_mask`, without a cache: row b's positions see its
+            first `key_lengths[b]` (right-padded rows; see
+            `MultiHeadAttention`).
         cache: tuple of tensors or None. The decoding cache of this block's
             self-attention, the mechanism's (a `(key_cache, value_cache)`
             pair for softmax, the recurrent state `(S, z)` for linear; see
@@ -150,19 +154,21 @@ class TransformerEncoderBlock(keras.layers.Layer):
             return x + branch(norm(x))
         return norm(x + branch(x))
 
-    def _self_attention_sublayer(self, x, attention_mask, training, cache, cache_update_index):
+    def _self_attention_sublayer(self, x, attention_mask, training, cache, cache_update_index, key_lengths=None):
         """The self-attention residual sublayer; `(h, updated cache or None)`."""
         new_cache = []
 
         def attend(h):
             if cache is None:
                 attended = self.self_attention(
-                    h, attention_mask=attention_mask, is_causal=self.is_causal, training=training
+                    h, attention_mask=attention_mask, key_lengths=key_lengths, is_causal=self.is_causal,
+                    training=training,
                 )
             else:
                 attended, updated = self.self_attention(
                     h,
                     attention_mask=attention_mask,
+                    key_lengths=key_lengths,
                     is_causal=self.is_causal,
                     training=training,
                     cache=cache,
@@ -180,8 +186,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
         return self._residual(x, self.output_norm, feed_forward)
 
-    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None):
-        h, new_cache = self._self_attention_sublayer(x, attention_mask, training, cache, cache_update_index)
+    def call(self, x, attention_mask=None, training=None, cache=None, cache_update_index=None, key_lengths=None):
+        h, new_cache = self._self_attention_sublayer(
+            x, attention_mask, training, cache, cache_update_index, key_lengths=key_lengths
+        )
         y = self._feed_forward_sublayer(h, training)
         if cache is not None:
             return y, new_cache

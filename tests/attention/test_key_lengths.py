@@ -87,8 +87,9 @@ def test_attention_with_key_lengths_is_the_masked_attention(implementation):
 def key_lengths_on_a_cpu(monkeypatch):
     """Where no GPU runs the tests, the library is made to take its GPU
     path, with JAX's XLA form of attention with key lengths in place of
-    cuDNN's; the implementations the path asked for are recorded. On a GPU
-    nothing is replaced (cuDNN runs) and nothing recorded: `None`."""
+    cuDNN's; what the path asked for is recorded: the implementation, and
+    whether the lengths came with the mask or alone. On a GPU nothing is
+    replaced (cuDNN runs) and nothing recorded: `None`."""
     from attention_zoo_keras.backend_support.environment import jax_compiles_for_gpu
 
     if jax_compiles_for_gpu():
@@ -96,9 +97,9 @@ def key_lengths_on_a_cpu(monkeypatch):
     asked_for = []
     with_key_lengths = attention_kernels.attention_with_key_lengths
 
-    def on_a_cpu(query, key, value, mask, scale, implementation):
-        asked_for.append(implementation)
-        return with_key_lengths(query, key, value, mask, scale, "xla")
+    def on_a_cpu(query, key, value, mask, scale, implementation, lengths=None):
+        asked_for.append(f"{implementation}, {'mask' if lengths is None else 'lengths alone'}")
+        return with_key_lengths(query, key, value, mask, scale, "xla", lengths=lengths)
 
     monkeypatch.setattr(attention_kernels, "jax_compiles_for_gpu", lambda: True)
     monkeypatch.setattr(attention_kernels, "attention_with_key_lengths", on_a_cpu)
@@ -114,8 +115,9 @@ def _with_and_without_key_lengths(monkeypatch, compute):
 @pytest.mark.skipif(not JAX, reason="the key lengths are given to JAX's cuDNN attention")
 def test_a_half_precision_bert_with_key_lengths_computes_what_it_computes_without(key_lengths_on_a_cpu, monkeypatch):
     """A right-padded bfloat16 batch through two layers: every layer's
-    attention takes the key lengths, and the unpadded positions' outputs
-    are those of the mask alone."""
+    attention takes the key lengths alone (the blocks see the padding last,
+    `layers.padding_last`), and the unpadded positions' outputs are those of
+    the mask alone."""
     keras.utils.set_random_seed(0)
     backbone = azk.models.BertBackbone(
         vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, max_sequence_length=16,
@@ -138,7 +140,7 @@ def test_a_half_precision_bert_with_key_lengths_computes_what_it_computes_withou
     # and without skipping blocks.
     tolerance = 1e-3 if key_lengths_on_a_cpu is not None else 1e-2
     if key_lengths_on_a_cpu is not None:
-        assert key_lengths_on_a_cpu == ["cudnn"] * 2, "each layer's attention asked cuDNN for key lengths"
+        assert key_lengths_on_a_cpu == ["cudnn, lengths alone"] * 2, "each layer asked cuDNN for key lengths"
     for row, length in enumerate(lengths):
         np.testing.assert_allclose(with_lengths[row, :length], without[row, :length], atol=tolerance)
 
@@ -171,7 +173,7 @@ def test_half_precision_generation_with_key_lengths_gives_the_same_tokens(key_le
 
     with_lengths, without = _with_and_without_key_lengths(monkeypatch, generated)
     if key_lengths_on_a_cpu is not None:
-        assert key_lengths_on_a_cpu and set(key_lengths_on_a_cpu) == {"cudnn"}
+        assert key_lengths_on_a_cpu and set(key_lengths_on_a_cpu) == {"cudnn, mask"}
     np.testing.assert_array_equal(with_lengths["token_ids"], without["token_ids"])
     tolerance = 1e-4 if key_lengths_on_a_cpu is not None else 1e-2  # (see the BERT test)
     np.testing.assert_allclose(with_lengths["scores"], without["scores"], atol=tolerance)

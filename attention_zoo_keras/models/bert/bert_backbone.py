@@ -4,16 +4,23 @@ Transformers for Language Understanding").
     E = LayerNorm(TokenEmb(x) + PositionEmb(t) + SegmentEmb(s))
     H_l = PostNormEncoderBlock(H_{l-1}),  l = 1..L
     pooled = tanh(W_p H_L[CLS] + b_p)
+
+Under JAX the blocks see each row's padding moved after its tokens and
+attend by key lengths (`layers.padding_last`; the same outputs, in the
+inputs' order).
 """
 
 import keras
 from keras import ops
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.padding_last import PermutePositions
+from attention_zoo_keras.layers.padding_last import padding_last_order
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.transformer_encoder_block import TransformerEncoderBlock
 from attention_zoo_keras.models.backbone import Backbone
@@ -120,9 +127,16 @@ class BertBackbone(Backbone):
 
         x = token_embedding(token_ids) + position_embedding(token_ids) + segment_embedding(segment_ids)
         x = embeddings_dropout(embeddings_norm(x))
-        attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-        for block in blocks:
-            x = block(x, attention_mask=attention_mask)
+        if attention == "softmax" and backend_support.encoders_move_padding_last():
+            order, destination, key_lengths = padding_last_order(padding_mask)
+            x = PermutePositions(dtype=dtype, name="padding_last")(x, order, destination)
+            for block in blocks:
+                x = block(x, key_lengths=key_lengths)
+            x = PermutePositions(dtype=dtype, name="input_order")(x, destination, order)
+        else:
+            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+            for block in blocks:
+                x = block(x, attention_mask=attention_mask)
         pooled = pooler(x[:, 0, :])
 
         super().__init__(
