@@ -3,8 +3,9 @@ order against a numpy reading of the mask, the permutation's gradient (a
 gather, not a scatter-add), and BERT with its blocks attending by key
 lengths against BERT with the padding mask: the same outputs, training
 step and attention maps, for right- and left-padded rows and rows with
-holes. Under JAX BERT does this by default; the tests build it both ways on
-every backend."""
+holes; the seq2seq Transformer's encoder likewise (outputs and generated
+tokens). Under JAX both do this by default; the tests build them both ways
+on every backend."""
 
 import keras
 import numpy as np
@@ -67,19 +68,24 @@ def test_permutation_gradient_has_no_scatter():
     assert "gather" in program and "scatter" not in program
 
 
-def _bert_pair(monkeypatch, **overrides):
-    """`(BERT with the padding last, BERT with the mask)`, equal weights."""
-    config = dict(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
-                  max_sequence_length=16, **overrides)
+def _pair(monkeypatch, build):
+    """`(build() with the padding last, build() with the mask)`, equal
+    weights."""
     models = []
     for moves_padding_last in (True, False):
         monkeypatch.setattr(backend_support, "encoders_move_padding_last", lambda: moves_padding_last)
         keras.utils.set_random_seed(0)
-        models.append(azk.models.BertBackbone(**config))
-    assert any(layer.name == "padding_last" for layer in models[0].layers)
-    assert not any(isinstance(layer, PermutePositions) for layer in models[1].layers)
+        models.append(build())
+    assert any(isinstance(layer, PermutePositions) for layer in models[0]._flatten_layers())
+    assert not any(isinstance(layer, PermutePositions) for layer in models[1]._flatten_layers())
     models[1].set_weights(models[0].get_weights())
     return models
+
+
+def _bert_pair(monkeypatch, **overrides):
+    config = dict(vocabulary_size=30, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+                  max_sequence_length=16, **overrides)
+    return _pair(monkeypatch, lambda: azk.models.BertBackbone(**config))
 
 
 def _inputs(mask=MASK):
@@ -126,3 +132,26 @@ def test_attention_maps_come_in_the_inputs_order(monkeypatch):
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], atol=1e-6, err_msg=name)
         assert (got[name][1, :, :, :3] == 0).all(), "the left padding gets no weight"
+
+
+def test_a_seq2seq_encoder_with_the_padding_last_computes_and_generates_as_with_the_mask(monkeypatch):
+    def build():
+        backbone = azk.models.TransformerBackbone(
+            vocabulary_size=30, num_encoder_layers=2, num_decoder_layers=1, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, max_sequence_length=16,
+        )
+        return azk.models.TransformerSeq2SeqLM(backbone)
+
+    packed, masked = _pair(monkeypatch, build)
+    ids = np.random.default_rng(2).integers(3, 30, MASK.shape).astype("int32") * MASK
+    inputs = {"encoder_token_ids": ids, "encoder_padding_mask": MASK,
+              "decoder_token_ids": ids[:, :5], "decoder_padding_mask": np.ones((4, 5), "int32")}
+    got, expected = packed.backbone(inputs, training=False), masked.backbone(inputs, training=False)
+    for name in ("encoder_sequence_output", "decoder_sequence_output"):
+        np.testing.assert_allclose(_numpy(got[name]), _numpy(expected[name]), atol=1e-5, err_msg=name)
+    right_padded = (np.arange(8) < np.array([[5], [8], [3], [1]])).astype("int32")  # (what generate takes)
+    prompt = {"encoder_token_ids": np.maximum(ids, 3) * right_padded, "encoder_padding_mask": right_padded}
+    arguments = dict(max_length=6, num_beams=2, stop_token_ids=None, decoder_start_token_id=1)
+    np.testing.assert_array_equal(
+        packed.generate(prompt, **arguments)["token_ids"], masked.generate(prompt, **arguments)["token_ids"]
+    )

@@ -18,10 +18,13 @@ import types
 import keras
 from keras import ops
 
+from attention_zoo_keras import backend_support
 from attention_zoo_keras.layers.block_stack import block_stack
 from attention_zoo_keras.layers.embedding import Embedding
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
+from attention_zoo_keras.layers.padding_last import PermutePositions
+from attention_zoo_keras.layers.padding_last import padding_last_order
 from attention_zoo_keras.layers.position_embedding import PositionEmbedding
 from attention_zoo_keras.layers.sinusoidal_position_embedding import SinusoidalPositionEmbedding
 from attention_zoo_keras.layers.transformer_decoder_block import TransformerDecoderBlock
@@ -192,6 +195,10 @@ class TransformerBackbone(Backbone):
         )
         encoder_final_norm = norm("encoder_final_norm")
         decoder_final_norm = norm("decoder_final_norm")
+        encoder_padding_last = encoder_input_order = None
+        if attention == "softmax" and backend_support.encoders_move_padding_last():
+            encoder_padding_last = PermutePositions(dtype=dtype, name="encoder_padding_last")
+            encoder_input_order = PermutePositions(dtype=dtype, name="encoder_input_order")
 
         # === Functional Model ===
         encoder_token_ids = keras.Input(shape=(None,), dtype="int32", name="encoder_token_ids")
@@ -213,6 +220,8 @@ class TransformerBackbone(Backbone):
             decoder_layers=decoder_layers,
             encoder_final_norm=encoder_final_norm,
             decoder_final_norm=decoder_final_norm,
+            encoder_padding_last=encoder_padding_last,
+            encoder_input_order=encoder_input_order,
             embedding_scale=math.sqrt(hidden_dim) if scale_embeddings else 1.0,
         )
         encoder_output = TransformerBackbone.encode(parts, encoder_token_ids, encoder_padding_mask)
@@ -262,12 +271,21 @@ class TransformerBackbone(Backbone):
         return self.target_vocabulary_size or self.vocabulary_size
 
     def encode(self, token_ids, padding_mask, training=None):
-        """The encoder stack: `(batch, source_length, hidden_dim)`."""
+        """The encoder stack: `(batch, source_length, hidden_dim)`. Under JAX
+        its blocks see each row's padding after its tokens and attend by key
+        lengths (`layers.padding_last`); the output is in the inputs' order."""
         x = _embed(self.token_embedding, self.encoder_position_embedding, self.embedding_scale, token_ids)
         x = self.encoder_embeddings_dropout(x, training=training)
-        attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-        for block in self.encoder_layers:
-            x = block(x, attention_mask=attention_mask, training=training)
+        if self.encoder_padding_last is not None:
+            order, destination, key_lengths = padding_last_order(padding_mask)
+            x = self.encoder_padding_last(x, order, destination)
+            for block in self.encoder_layers:
+                x = block(x, key_lengths=key_lengths, training=training)
+            x = self.encoder_input_order(x, destination, order)
+        else:
+            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+            for block in self.encoder_layers:
+                x = block(x, attention_mask=attention_mask, training=training)
         return x if self.encoder_final_norm is None else self.encoder_final_norm(x)
 
     def decode(
