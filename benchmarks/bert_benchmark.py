@@ -224,8 +224,8 @@ def parse_args(argv=None):
         help="comma-separated subset of " + ",".join(CONTENDERS) + " "
         "(ours_eager: `model(inputs, training=False)` and an eager `train_on_batch` (`run_eagerly=True`); "
         "transformers_compiled: `torch.compile` of the transformers model, inference only; both torch only; "
-        "ours_xla_attention, ours_jax_gelu, ours_mask_only, ours_padding_in_place and ours_one_hot_embedding_gradient, JAX "
-        "only, not run unless named: see the module docstring)",
+        "ours_xla_attention, ours_jax_gelu, ours_mask_only, ours_padding_in_place and "
+        "ours_one_hot_embedding_gradient, JAX only, not run unless named: see the module docstring)",
     )
     parser.add_argument("--modes", default="inference,training", help="comma-separated subset")
     parser.add_argument(
