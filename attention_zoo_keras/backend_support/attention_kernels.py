@@ -20,9 +20,11 @@ _PADDING_LAST_UNDER_JAX = True
 def encoders_move_padding_last():
     """Whether an encoder built now reorders each row's padding after its
     tokens and gives its attention key lengths instead of a mask
-    (`layers.padding_last`): under JAX, whose cuDNN kernel then reads no
-    mask on a GPU (on a CPU the mask the lengths imply costs what the
-    padding mask did). Other backends' fused kernels take no lengths."""
+    (`layers.padding_last`; the seq2seq model's decoding steps then give
+    their cross-attention the sources' lengths too): under JAX, whose cuDNN
+    kernel then reads no mask on a GPU (on a CPU the mask the lengths imply
+    costs what the padding mask did). Other backends' fused kernels take no
+    lengths."""
     return backend_name() == "jax" and _PADDING_LAST_UNDER_JAX
 
 

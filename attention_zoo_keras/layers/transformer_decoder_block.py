@@ -43,6 +43,10 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
         encoder_attention_mask: bool tensor of shape
             `(batch, 1 or target_length, source_length)` or None. `True` on
             real source tokens.
+        encoder_key_lengths: int tensor of shape `(batch,)` or None.
+            Instead of `encoder_attention_mask`, for right-padded sources:
+            each row's number of source tokens (see `MultiHeadAttention`'s
+            `key_lengths`).
         cache: tuple of tensors or None. The decoding cache of the
             self-attention (see `MultiHeadAttention`); the block then
             returns `(y, new_cache)`.
@@ -74,12 +78,15 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
         self.cross_attention.build(x_shape, encoder_output_shape)
         self.cross_attention_norm.build(x_shape)
 
-    def _cross_attention_sublayer(self, x, encoder_output, encoder_key_value, encoder_attention_mask, training):
+    def _cross_attention_sublayer(
+        self, x, encoder_output, encoder_key_value, encoder_attention_mask, training, encoder_key_lengths=None
+    ):
         def attend(h):
             attended = self.cross_attention(
                 h,
                 encoder_output,
                 attention_mask=encoder_attention_mask,
+                key_lengths=encoder_key_lengths,
                 training=training,
                 key_value=encoder_key_value,
             )
@@ -97,11 +104,14 @@ class TransformerDecoderBlock(TransformerEncoderBlock):
         cache=None,
         cache_update_index=None,
         encoder_key_value=None,
+        encoder_key_lengths=None,
     ):
         if (encoder_output is None) == (encoder_key_value is None):
             raise ValueError("TransformerDecoderBlock takes encoder_output or encoder_key_value (one of them).")
         h, new_cache = self._self_attention_sublayer(x, attention_mask, training, cache, cache_update_index)
-        g = self._cross_attention_sublayer(h, encoder_output, encoder_key_value, encoder_attention_mask, training)
+        g = self._cross_attention_sublayer(
+            h, encoder_output, encoder_key_value, encoder_attention_mask, training, encoder_key_lengths
+        )
         y = self._feed_forward_sublayer(g, training)
         if cache is not None:
             return y, new_cache

@@ -177,3 +177,31 @@ def test_half_precision_generation_with_key_lengths_gives_the_same_tokens(key_le
     np.testing.assert_array_equal(with_lengths["token_ids"], without["token_ids"])
     tolerance = 1e-4 if key_lengths_on_a_cpu is not None else 1e-2  # (see the BERT test)
     np.testing.assert_allclose(with_lengths["scores"], without["scores"], atol=tolerance)
+
+
+@pytest.mark.skipif(not JAX, reason="the key lengths are given to JAX's cuDNN attention")
+def test_half_precision_translation_with_key_lengths_gives_the_same_tokens(key_lengths_on_a_cpu, monkeypatch):
+    """The seq2seq model under JAX: its encoder attends by key lengths
+    alone (padding moved last), and so does the cross-attention of every
+    decoding step (the sources are right-padded); the self-attention over
+    the cache by the mask and lengths. Beam search, a padded batch of two."""
+    sources = {
+        "encoder_token_ids": np.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 8]], "int32"),
+        "encoder_padding_mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool),
+    }
+
+    def generated():
+        keras.utils.set_random_seed(0)
+        backbone = azk.models.TransformerBackbone(
+            vocabulary_size=97, num_encoder_layers=1, num_decoder_layers=2, num_heads=2, hidden_dim=16,
+            intermediate_dim=32, max_sequence_length=32, dtype="bfloat16",
+        )
+        lm = azk.models.TransformerSeq2SeqLM(backbone)
+        return lm.generate(sources, max_length=8, num_beams=2, stop_token_ids=None, decoder_start_token_id=1)
+
+    with_lengths, without = _with_and_without_key_lengths(monkeypatch, generated)
+    if key_lengths_on_a_cpu is not None:
+        assert set(key_lengths_on_a_cpu) == {"cudnn, lengths alone", "cudnn, mask"}
+        # The encoder's layer, and the two decoder layers' cross-attention: lengths alone.
+        assert key_lengths_on_a_cpu.count("cudnn, lengths alone") >= 3
+    np.testing.assert_array_equal(with_lengths["token_ids"], without["token_ids"])

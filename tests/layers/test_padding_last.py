@@ -3,8 +3,9 @@ order against a numpy reading of the mask, the permutation's gradient (a
 gather, not a scatter-add), and BERT with its blocks attending by key
 lengths against BERT with the padding mask: the same outputs, training
 step and attention maps, for right- and left-padded rows and rows with
-holes; the seq2seq Transformer's encoder likewise (outputs and generated
-tokens). Under JAX both do this by default; the tests build them both ways
+holes; the seq2seq Transformer's encoder likewise (outputs, and generated
+tokens with the decoding steps' cross-attention given the sources'
+lengths). Under JAX both do this by default; the tests build them both ways
 on every backend."""
 
 import keras
@@ -152,6 +153,17 @@ def test_a_seq2seq_encoder_with_the_padding_last_computes_and_generates_as_with_
     right_padded = (np.arange(8) < np.array([[5], [8], [3], [1]])).astype("int32")  # (what generate takes)
     prompt = {"encoder_token_ids": np.maximum(ids, 3) * right_padded, "encoder_padding_mask": right_padded}
     arguments = dict(max_length=6, num_beams=2, stop_token_ids=None, decoder_start_token_id=1)
+    decoded_by_lengths = {}
+    for name, model in (("packed", packed), ("masked", masked)):
+        decode = model.backbone.decode
+
+        def recording_decode(*args, decode=decode, name=name, **kwargs):
+            decoded_by_lengths.setdefault(name, set()).add(kwargs.get("encoder_key_lengths") is not None)
+            return decode(*args, **kwargs)
+
+        monkeypatch.setattr(model.backbone, "decode", recording_decode)
     np.testing.assert_array_equal(
         packed.generate(prompt, **arguments)["token_ids"], masked.generate(prompt, **arguments)["token_ids"]
     )
+    # The cross-attention of the decoding steps: by the sources' lengths where the encoder moves padding last.
+    assert decoded_by_lengths == {"packed": {True}, "masked": {False}}

@@ -298,6 +298,7 @@ class TransformerBackbone(Backbone):
         cache=None,
         cache_update_index=0,
         encoder_key_values=None,
+        encoder_key_lengths=None,
     ):
         """The decoder stack over target tokens at positions
         `cache_update_index, …`.
@@ -311,8 +312,9 @@ class TransformerBackbone(Backbone):
             encoder_output: tensor of shape `(batch, source_length,
                 hidden_dim)` or None. The encoder's output, or `None` when
                 `encoder_key_values` is given.
-            encoder_padding_mask: tensor of shape `(batch, source_length)`.
-                True on real source tokens.
+            encoder_padding_mask: tensor of shape `(batch, source_length)`
+                or None. True on real source tokens; `None` with
+                `encoder_key_lengths`.
             training: bool or None. Dropout on or off.
             cache: tuple or None. Per-layer self-attention caches (see
                 `TransformerDecoderBlock`).
@@ -321,6 +323,10 @@ class TransformerBackbone(Backbone):
             encoder_key_values: tuple or None. Per-layer cross-attention keys
                 and values
                 (`decoder_layers[i].cross_attention.project_key_value`).
+            encoder_key_lengths: int tensor of shape `(batch,)` or None.
+                Instead of `encoder_padding_mask`, for right-padded sources:
+                each source's number of tokens (the cross-attention is then
+                given key lengths, not a mask).
 
         Returns:
             `(batch, new_length, hidden_dim)`; with a cache, the tuple
@@ -334,11 +340,14 @@ class TransformerBackbone(Backbone):
         attention_mask = None
         if padding_mask is not None:
             attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-        encoder_attention_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), axis=1)
+        encoder_attention_mask = None
+        if encoder_key_lengths is None:
+            encoder_attention_mask = ops.expand_dims(ops.cast(encoder_padding_mask, "bool"), axis=1)
         new_cache = []
         for index, block in enumerate(self.decoder_layers):
             arguments = dict(
-                attention_mask=attention_mask, encoder_attention_mask=encoder_attention_mask, training=training
+                attention_mask=attention_mask, encoder_attention_mask=encoder_attention_mask,
+                encoder_key_lengths=encoder_key_lengths, training=training,
             )
             if encoder_key_values is not None:
                 arguments["encoder_key_value"] = encoder_key_values[index]

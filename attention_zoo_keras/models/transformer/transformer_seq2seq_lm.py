@@ -247,19 +247,27 @@ class TransformerSeq2SeqLM(GenerativeTask):
     def _start_decoding(self, inputs, token_ids, start_index, num_beams):
         """Runs the encoder once: each decoder layer's cross-attention keys
         and values (repeated for `num_beams` rows per source) and empty
-        self-attention caches, with the output matrix laid out once."""
+        self-attention caches, with the output matrix laid out once.
+
+        The sources are right-padded (`_sources` checks): where the backbone
+        attends by key lengths (its encoder moves padding last, under JAX),
+        the cross-attention is given each source's length instead of its
+        padding mask."""
         encoder_token_ids, encoder_padding_mask = inputs
         backbone = self.backbone
         encoder_output = backbone.encode(encoder_token_ids, encoder_padding_mask)
         key_values = tuple(block.cross_attention.project_key_value(encoder_output) for block in backbone.decoder_layers)
+        source_keys = encoder_padding_mask
+        if backbone.encoder_padding_last is not None:
+            source_keys = ops.sum(ops.cast(ops.cast(encoder_padding_mask, "bool"), "int32"), axis=1)
         if num_beams > 1:
             key_values = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), key_values)
-            encoder_padding_mask = ops.repeat(encoder_padding_mask, num_beams, axis=0)
+            source_keys = ops.repeat(source_keys, num_beams, axis=0)
         batch = ops.shape(encoder_token_ids)[0] * num_beams
         cache = tuple(
             block.self_attention.initial_cache(batch, token_ids.shape[1]) for block in backbone.decoder_layers
         )
-        return cache, (key_values, encoder_padding_mask, self.lm_head.output_kernel(self.compute_dtype))
+        return cache, (key_values, source_keys, self.lm_head.output_kernel(self.compute_dtype))
 
     def _cache_growth(self):
         """The decoder's self-attention caches, each grown by its mechanism;
@@ -271,12 +279,16 @@ class TransformerSeq2SeqLM(GenerativeTask):
             [block.self_attention for block in decoder_layers], step_weights + self.lm_head.weights
         )
 
-    def _next_token_logits(self, token_column, cache, index, key_values, encoder_padding_mask, output_kernel):
+    def _next_token_logits(self, token_column, cache, index, key_values, source_keys, output_kernel):
         """The decoding step: logits `(batch, vocabulary)` after the tokens
-        `(batch, 1)` at `index`, and the extended cache."""
+        `(batch, 1)` at `index`, and the extended cache; `source_keys`: the
+        sources' padding mask `(batch, source_length)`, or their lengths
+        `(batch,)` (see `_start_decoding`)."""
+        lengths_given = len(source_keys.shape) == 1
         x, cache = self.backbone.decode(
-            token_column, None, None, encoder_padding_mask, cache=cache, cache_update_index=index,
-            encoder_key_values=key_values,
+            token_column, None, None, None if lengths_given else source_keys, cache=cache,
+            cache_update_index=index, encoder_key_values=key_values,
+            encoder_key_lengths=source_keys if lengths_given else None,
         )
         return self.lm_head(x[:, 0, :], output_kernel=output_kernel), cache
 
