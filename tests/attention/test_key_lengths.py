@@ -14,6 +14,8 @@ from attention_zoo_keras.backend_support import attention_kernels
 from tests.support.tiny_models import tiny_gpt
 
 JAX = keras.backend.backend() == "jax"
+# A right-padded batch of two for the generation tests (0: padding).
+PADDED_IDS = np.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 8]], "int32")
 
 
 def _masks(rng, batch, queries, keys):
@@ -159,10 +161,7 @@ def test_float32_attention_is_left_to_keras(key_lengths_on_a_cpu):
 def test_half_precision_generation_with_key_lengths_gives_the_same_tokens(key_lengths_on_a_cpu, monkeypatch):
     """Decoding steps attend over a cache of which only the written part
     is visible: the key length stops there. A padded batch of two."""
-    prompt = {
-        "token_ids": np.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 8]], "int32"),
-        "padding_mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool),
-    }
+    prompt = {"token_ids": PADDED_IDS, "padding_mask": PADDED_IDS > 0}
 
     def generated():
         keras.utils.set_random_seed(0)
@@ -185,10 +184,7 @@ def test_half_precision_translation_with_key_lengths_gives_the_same_tokens(key_l
     alone (padding moved last), and so does the cross-attention of every
     decoding step (the sources are right-padded); the self-attention over
     the cache by the mask and lengths. Beam search, a padded batch of two."""
-    sources = {
-        "encoder_token_ids": np.array([[5, 6, 7, 8, 0, 0], [3, 4, 5, 6, 7, 8]], "int32"),
-        "encoder_padding_mask": np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool),
-    }
+    sources = {"encoder_token_ids": PADDED_IDS, "encoder_padding_mask": PADDED_IDS > 0}
 
     def generated():
         keras.utils.set_random_seed(0)
