@@ -241,23 +241,20 @@ class MultiHeadAttention(keras.layers.Layer):
                 key_value = self.project_key_value(query if value is None else value)
             elif value is not None:
                 raise ValueError("Pass value or key_value, not both.")
-            mechanism_mask, lengths_argument = mask, {}
-            if key_lengths is not None:  # softmax takes the lengths; the maps and the other mechanisms a mask
-                mask = key_length_mask(key_lengths, ops.shape(key_value[0])[1])
-                if takes_key_lengths(self.attention):
-                    mechanism_mask, lengths_argument = None, {"key_lengths": key_lengths}
-                else:
-                    mechanism_mask = mask
+            if key_lengths is not None and not takes_key_lengths(self.attention):  # the mask they imply
+                mask, key_lengths = key_length_mask(key_lengths, ops.shape(key_value[0])[1]), None
+            lengths_argument = {} if key_lengths is None else {"key_lengths": key_lengths}
             recorder = active_recorder()
             if recorder is not None and is_concrete(query_heads):  # inside `attention_maps`
+                maps_mask = mask if key_lengths is None else key_length_mask(key_lengths, ops.shape(key_value[0])[1])
                 probabilities = self._attention_probabilities(
-                    query_heads, key_value[0], mask, is_causal, arguments, recorder.hash_rounds
+                    query_heads, key_value[0], maps_mask, is_causal, arguments, recorder.hash_rounds
                 )
                 record_probabilities(recorder, self, probabilities)
             attended = self._mechanism(
                 query_heads,
                 *key_value,
-                attention_mask=mechanism_mask,
+                attention_mask=mask,
                 is_causal=is_causal,
                 dropout_rate=self.dropout,
                 training=bool(training),

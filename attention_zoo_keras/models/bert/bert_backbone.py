@@ -127,16 +127,17 @@ class BertBackbone(Backbone):
 
         x = token_embedding(token_ids) + position_embedding(token_ids) + segment_embedding(segment_ids)
         x = embeddings_dropout(embeddings_norm(x))
-        if attention == "softmax" and backend_support.encoders_move_padding_last():
+        moves_padding_last = attention == "softmax" and backend_support.encoders_move_padding_last()
+        if moves_padding_last:
             order, destination, key_lengths = padding_last_order(padding_mask)
             x = PermutePositions(dtype=dtype, name="padding_last")(x, order, destination)
-            for block in blocks:
-                x = block(x, key_lengths=key_lengths)
-            x = PermutePositions(dtype=dtype, name="input_order")(x, destination, order)
+            padding = {"key_lengths": key_lengths}
         else:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-            for block in blocks:
-                x = block(x, attention_mask=attention_mask)
+            padding = {"attention_mask": ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)}
+        for block in blocks:
+            x = block(x, **padding)
+        if moves_padding_last:
+            x = PermutePositions(dtype=dtype, name="input_order")(x, destination, order)
         pooled = pooler(x[:, 0, :])
 
         super().__init__(

@@ -279,13 +279,13 @@ class TransformerBackbone(Backbone):
         if self.encoder_padding_last is not None:
             order, destination, key_lengths = padding_last_order(padding_mask)
             x = self.encoder_padding_last(x, order, destination)
-            for block in self.encoder_layers:
-                x = block(x, key_lengths=key_lengths, training=training)
-            x = self.encoder_input_order(x, destination, order)
+            padding = {"key_lengths": key_lengths}
         else:
-            attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
-            for block in self.encoder_layers:
-                x = block(x, attention_mask=attention_mask, training=training)
+            padding = {"attention_mask": ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)}
+        for block in self.encoder_layers:
+            x = block(x, training=training, **padding)
+        if self.encoder_padding_last is not None:
+            x = self.encoder_input_order(x, destination, order)
         return x if self.encoder_final_norm is None else self.encoder_final_norm(x)
 
     def decode(

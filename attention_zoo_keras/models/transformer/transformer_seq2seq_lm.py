@@ -258,7 +258,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
         encoder_output = backbone.encode(encoder_token_ids, encoder_padding_mask)
         key_values = tuple(block.cross_attention.project_key_value(encoder_output) for block in backbone.decoder_layers)
         source_keys = encoder_padding_mask
-        if backbone.encoder_padding_last is not None:
+        if self._sources_by_length():
             source_keys = ops.sum(ops.cast(ops.cast(encoder_padding_mask, "bool"), "int32"), axis=1)
         if num_beams > 1:
             key_values = keras.tree.map_structure(lambda t: ops.repeat(t, num_beams, axis=0), key_values)
@@ -279,16 +279,22 @@ class TransformerSeq2SeqLM(GenerativeTask):
             [block.self_attention for block in decoder_layers], step_weights + self.lm_head.weights
         )
 
+    def _sources_by_length(self):
+        """Whether the decoding steps' cross-attention is given the sources'
+        lengths instead of their padding mask: where the backbone's encoder
+        moves padding last (under JAX; see `_start_decoding`)."""
+        return self.backbone.encoder_padding_last is not None
+
     def _next_token_logits(self, token_column, cache, index, key_values, source_keys, output_kernel):
         """The decoding step: logits `(batch, vocabulary)` after the tokens
         `(batch, 1)` at `index`, and the extended cache; `source_keys`: the
         sources' padding mask `(batch, source_length)`, or their lengths
         `(batch,)` (see `_start_decoding`)."""
-        lengths_given = len(source_keys.shape) == 1
+        by_length = self._sources_by_length()
         x, cache = self.backbone.decode(
-            token_column, None, None, None if lengths_given else source_keys, cache=cache,
+            token_column, None, None, None if by_length else source_keys, cache=cache,
             cache_update_index=index, encoder_key_values=key_values,
-            encoder_key_lengths=source_keys if lengths_given else None,
+            encoder_key_lengths=source_keys if by_length else None,
         )
         return self.lm_head(x[:, 0, :], output_kernel=output_kernel), cache
 
