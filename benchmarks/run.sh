@@ -80,7 +80,11 @@
 # float32 atomics in scatter-adds, jax-ml/jax#38806, where jaxlib 0.10.2
 # and later compile them as compare-and-swap loops; the embedding
 # gradient's scatter, bfloat16 then, took 10 of 21 ms of kernel time per
-# step on the H200).
+# step on the H200); train_embedding_gradients (the train step at 128,
+# ours against ours with the embedding gradient as one-hot matrix products
+# or summed by id after sorting (no atomic adds), and KerasHub; then the
+# kernels of the three forms of ours); profile_decode (every kernel of a
+# batch-1 GPT-2 decoding step, ours, by name).
 # DTYPE as for torch_gpu. Logs (appended to $RESULTS/jax_gpu.log, or LOG)
 # and JSON go to $RESULTS.
 set -uo pipefail
@@ -198,6 +202,14 @@ jax_gpu() {
                     timeout 150 "${bert[@]}" --seq-len 128 --modes training \
                         --json "$RESULTS/jax_bert_${dtype}_128_train_ftz_atomics.json"
                 ) ;;
+            train_embedding_gradients)
+                local gradients=ours,ours_one_hot_embedding_gradient,ours_sorted_embedding_gradient
+                timeout 200 "${bert[@]}" --seq-len 128 --modes training --contenders "$gradients,keras_hub" \
+                    --json "$RESULTS/jax_bert_${dtype}_128_train_embedding_gradients.json"
+                timeout 150 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts train --seq-lens 128 \
+                    --bert-contenders "$gradients" ;;
+            profile_decode) timeout 90 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts gpt \
+                --batch-sizes 1 --gpt-contenders ours --rows 300 ;;
             *) echo "unknown part: $part" ;;
         esac 2>&1 | grep --line-buffered -v '^USDT:' | tee -a "$LOG"
     done
