@@ -626,7 +626,6 @@ def sorted_table_gradient(ids, gradient, rows, bfloat16_gradient):
     import jax
     import jax.numpy as jnp
 
-    count = ids.shape[0]
     order = jnp.argsort(ids, stable=True)
     sorted_ids = ids[order]
     sorted_gradient = gradient[order].astype(jnp.float32)

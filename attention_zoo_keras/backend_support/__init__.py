@@ -47,6 +47,7 @@ from attention_zoo_keras.backend_support.compiled_decoding import write_rows
 from attention_zoo_keras.backend_support.dense_kernels import dense_projection
 from attention_zoo_keras.backend_support.dense_kernels import layer_normalization
 from attention_zoo_keras.backend_support.environment import backend_name
+from attention_zoo_keras.backend_support.environment import compiles_loop_bodies_apart
 from attention_zoo_keras.backend_support.environment import is_concrete
 from attention_zoo_keras.backend_support.environment import relaxes_traced_shapes
 from attention_zoo_keras.backend_support.environment import supports_custom_gradients
@@ -72,6 +73,7 @@ __all__ = [
     "backend_name",
     "batches_of_any_width",
     "compile_inference",
+    "compiles_loop_bodies_apart",
     "compile_step",
     "compile_training_step",
     "custom_gradient_from_outputs",

@@ -136,7 +136,7 @@ def _steps_between_tests(loop_vars):
     return _STEPS_BETWEEN_TESTS_ON_GPU if first.is_cuda else 1
 
 
-# The smallest size a decoding cache grows from on a CPU under torch (see
+# The smallest size a decoding cache grows from on a CPU (see
 # `decoding_cache_sizes`); every later size doubles it.
 _SMALLEST_GROWN_CACHE = 16
 # The share of a step's memory traffic (the cache's bytes moved per step over
@@ -151,10 +151,13 @@ def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes)
     """The sizes, in order, that a position-addressed decoding cache takes
     while a loop writes the `(batch, buffer_length)` buffer `token_ids`
     from `first_position` on (the last size is `buffer_length`; see
-    `generation.cache_growth`).
+    `generation.cache_growth`). `first_position` is a Python int: the first
+    position the loop writes, or a bound on it known when a program is
+    traced (every size is above it, so a resized cache keeps what the
+    prompt pass wrote).
 
-    Under torch on a CPU, where the cache moves (`cache_traffic`, bytes per
-    step) at least half as many bytes per step as the weights
+    On a CPU under torch or JAX, where the cache moves (`cache_traffic`,
+    bytes per step) at least half as many bytes per step as the weights
     (`weight_bytes`) and at least 8 MiB, the cache grows: 16, 32, 64, …
     (those between `first_position` and `buffer_length`), then
     `buffer_length`. A step there costs the bytes it moves: attention
@@ -162,25 +165,28 @@ def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes)
     reorder its beams, so a buffer-sized cache costs the whole buffer at
     every step, where the written positions are on average half of it.
     Each size is one more recording of the step on a shape's first call
-    (about 1.5 s for a 6-layer decoder), so a smaller share is not worth
-    it: Marian-shaped beam search (share 1.4) ran 12 % faster, greedy
-    translation (0.11) and GPT-2 (0.03 to 0.23) no faster and 2 to 6 s
-    slower to start. Nor is a small cache, whatever its share, since a
-    small model's step costs its Python dispatch: a 32-wide translation
-    model's beam search ran 7 to 20 % slower grown with 0.4 MB of cache
-    traffic a step, level with 6.3 MB, 6 % faster with 12.6 MB. The sizes
-    are a fixed ladder, so a recorded step serves every request.
+    under torch (about 1.5 s for a 6-layer decoder) and one more loop in
+    the compiled program under JAX (0.5 to 0.7 s), so a smaller share is not
+    worth it: Marian-shaped beam search (share 1.4) ran 12 % faster under
+    torch and 10 to 15 % under JAX, greedy translation (0.11) and GPT-2
+    (0.03 to 0.23) no faster and 2 to 6 s slower to start (torch). Nor is a small
+    cache, whatever its share, since a small model's step costs its Python
+    dispatch: a 32-wide translation model's beam search ran 7 to 20 %
+    slower grown with 0.4 MB of cache traffic a step, level with 6.3 MB,
+    6 % faster with 12.6 MB (torch). The sizes are a fixed ladder, so a
+    recorded step or a compiled program serves every request.
 
-    Elsewhere the cache keeps one size, `(buffer_length,)`: under JAX and
-    TensorFlow each size would be one more loop compiled into the program,
-    and on CUDA one more captured graph for a step bound by launches rather
-    than memory (not measured to pay).
+    Elsewhere the cache keeps one size, `(buffer_length,)`: on a GPU a step
+    is bound by launches rather than memory (and JAX's cuDNN kernel skips
+    the keys past each row's length), and under torch each size would be
+    one more captured CUDA graph (not measured to pay); under TensorFlow the
+    grown Marian beam search compiled 10 s longer (23 s against 13 s) and
+    its gain was not measured on an idle machine.
     """
     buffer_length = int(keras.ops.shape(token_ids)[1])
     pays = cache_traffic >= max(_GROWTH_PAYS_FROM_SHARE * weight_bytes, _GROWTH_PAYS_FROM_BYTES)
     if not pays or not _grows_decoding_caches(token_ids):
         return (buffer_length,)
-    first_position = int(keras.ops.convert_to_numpy(first_position))
     sizes, size = [], _SMALLEST_GROWN_CACHE
     while size < buffer_length:
         if size > first_position:
@@ -191,8 +197,13 @@ def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes)
 
 def _grows_decoding_caches(token_ids):
     """Whether a decoding loop over `token_ids` may grow its cache: under
-    torch on a CPU."""
-    return backend_name() == "torch" and not keras.ops.convert_to_tensor(token_ids).is_cuda
+    torch or JAX on a CPU."""
+    backend = backend_name()
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() == "cpu"
+    return backend == "torch" and not keras.ops.convert_to_tensor(token_ids).is_cuda
 
 
 def apply_when(condition, function, x):

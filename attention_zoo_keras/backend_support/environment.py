@@ -62,6 +62,14 @@ def relaxes_traced_shapes():
     return backend_name() == "tensorflow"
 
 
+def compiles_loop_bodies_apart():
+    """Whether `compile(jit_compile=True)` compiles a decoding loop's body
+    on its own, once per shape of its state: torch's inductor, around a
+    Python loop. JAX and TensorFlow compile each whole loop into one
+    program, whatever `jit_compile` says."""
+    return backend_name() == "torch"
+
+
 def supports_custom_gradients():
     """Whether `custom_gradient_from_outputs` works on this backend."""
     return backend_name() in ("jax", "tensorflow", "torch")

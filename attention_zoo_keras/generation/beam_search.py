@@ -251,7 +251,7 @@ def beam_search(body, state, options, cache_growth=None):
     )
     # A step reads the cache (attention), then copies it to reorder the beams (a read and a write).
     loop_state = run_with_growing_cache(
-        search_until, loop_state, token_ids, prompt_length, cache_growth, reads_per_step=3
+        search_until, loop_state, token_ids, state.start_index_bound, cache_growth, reads_per_step=3
     )
     _, _, _, _, finished, finished_scores, finished_token_scores, finished_lengths = loop_state[:8]
     return finished[:, 0, :], finished_lengths[:, 0], finished_token_scores[:, 0, :], finished_scores[:, 0]

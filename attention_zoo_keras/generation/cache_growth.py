@@ -67,7 +67,8 @@ def cache_sizes(token_ids, first_position, cache, reads_per_step, growth):
     Args:
         token_ids: tensor of shape `(batch, buffer_length)`. The loop's
             token buffer.
-        first_position: int32 scalar. The first position the loop writes.
+        first_position: int. The first position the loop writes, or a bound
+            on it (`DecodingState.start_index_bound`).
         cache: nested tuple of tensors. The cache at the buffer's size.
         reads_per_step: int. The passes a step makes over the cache.
         growth: CacheGrowth or None. `None` for a cache that keeps its size.
@@ -91,7 +92,7 @@ def run_with_growing_cache(run_until, loop_state, token_ids, first_position, gro
             at the buffer's size.
         token_ids: tensor of shape `(batch, buffer_length)`. The loop's
             token buffer.
-        first_position: int32 scalar. The first position the loop writes.
+        first_position: int. As for `cache_sizes`.
         growth: CacheGrowth or None. `None` for a cache that keeps its size.
         reads_per_step: int. As for `cache_sizes`.
 

@@ -20,6 +20,10 @@ class DecodingState(NamedTuple):
             after emitting one (`[-1]` for none).
         start_index: int32 scalar tensor. The first position to decode (the
             shortest prompt's length).
+        start_index_bound: int. A Python int at least `start_index`, known
+            when a compiled program is traced (where `start_index` is not),
+            and past every position the cache holds: a cache that grows
+            (`generation.cache_growth`) takes only sizes above it.
         cache: nested tuple of tensors. The model's cache, holding positions
             `[0, start_index − 1)` (a position-addressed cache may hold more:
             the steps rewrite them).
@@ -33,5 +37,6 @@ class DecodingState(NamedTuple):
     end_positions: Any
     stop_token_ids: Any
     start_index: Any
+    start_index_bound: int
     cache: Any
     constants: tuple = ()

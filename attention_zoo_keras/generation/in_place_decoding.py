@@ -18,7 +18,7 @@ not position-addressed (a recurrent state) must hold exactly the positions
 before `start_index − 1`. Everything is
 `keras.ops` in one `ops.while_loop`, so the whole loop compiles into a single
 program (see `backend_support.compile_inference`); where the cache grows with
-the positions written (torch on a CPU, `cache_growth`), one loop per cache
+the positions written (on a CPU, `cache_growth`), one loop per cache
 size. The loop's body reads
 positions through tensor indices only (`take`, `write_rows`), never Python
 slices, so under torch it can be recorded once and replayed at every
@@ -175,7 +175,7 @@ def decode_in_place(body, state, uniforms, cache_growth=None):
         lambda loop_state, until: decode_until(body, loop_state, fixed, until),
         start_loop(state),
         state.token_ids,
-        state.start_index,
+        state.start_index_bound,
         cache_growth,
         reads_per_step=1,
     )

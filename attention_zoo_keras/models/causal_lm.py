@@ -219,6 +219,13 @@ class CausalLM(GenerativeTask):
         """The prompt pass's tokens of `rows` (see `_prompt_pass_length`)."""
         return (request.token_ids[rows, : self._prompt_pass_length(prompt_length, buffer_length)],)
 
+    def _start_index_bound(self, inputs, token_ids):
+        """One past the prompt pass's length: the pass writes the positions
+        before that length, and the loop starts at most one position after
+        the last it covers (`_prompt_pass_length`)."""
+        (prompt_tokens,) = inputs
+        return int(prompt_tokens.shape[1]) + 1
+
     def _start_decoding(self, inputs, token_ids, start_index, num_beams):
         """The cache after the prompt pass (repeated for `num_beams` rows
         per prompt) and `_decoding_constants`."""

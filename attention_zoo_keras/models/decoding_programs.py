@@ -12,6 +12,7 @@ from keras import ops
 
 from attention_zoo_keras.backend_support import compile_inference
 from attention_zoo_keras.backend_support import compile_step
+from attention_zoo_keras.backend_support import compiles_loop_bodies_apart
 from attention_zoo_keras.generation.beam_search import beam_search
 from attention_zoo_keras.generation.beam_search import beam_search_body
 from attention_zoo_keras.generation.cache_growth import cache_sizes
@@ -85,10 +86,15 @@ class DecodingPrograms:
 
     def _loop_cache_growth(self):
         """How the loops grow the cache: the family's `_cache_growth()`, or
-        `None` after `compile(jit_compile=True)`, where each cache size
-        would be one more inductor compilation of the loop's body (seconds
-        to minutes each) and one compilation per shape is what is asked."""
-        return None if self.jit_compile is True else self._cache_growth()
+        `None` where `compile(jit_compile=True)` compiles the loop's body
+        alone (torch: each cache size would be one more inductor
+        compilation, seconds to minutes each, and one compilation per
+        shape is what is asked). Under JAX every decoding loop is compiled
+        whole (`jit_compile` is its default), the sizes one loop each in the
+        one program."""
+        if self.jit_compile is True and compiles_loop_bodies_apart():
+            return None
+        return self._cache_growth()
 
     def _forget_compiled_functions(self):
         super()._forget_compiled_functions()
@@ -163,7 +169,10 @@ class DecodingPrograms:
 
             def run(inputs, token_ids, prompt_mask, end_positions, stop_ids, uniforms, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
-                state = DecodingState(token_ids, prompt_mask, end_positions, stop_ids, start_index, cache, constants)
+                state = DecodingState(
+                    token_ids, prompt_mask, end_positions, stop_ids, start_index,
+                    self._start_index_bound(inputs, token_ids), cache, constants,
+                )
                 return decode_in_place(body, state, uniforms, self._loop_cache_growth())
 
             return run
@@ -190,7 +199,10 @@ class DecodingPrograms:
 
             def run_start(inputs, token_ids, prompt_mask, end_positions, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
-                state = DecodingState(token_ids, prompt_mask, end_positions, None, start_index, cache, constants)
+                state = DecodingState(
+                    token_ids, prompt_mask, end_positions, None, start_index,
+                    self._start_index_bound(inputs, token_ids), cache, constants,
+                )
                 return start_loop(state), tuple(constants)
 
             return run_start
@@ -233,7 +245,10 @@ class DecodingPrograms:
 
             def run(inputs, token_ids, end_positions, stop_ids, start_index):
                 cache, constants = start(inputs, token_ids, start_index)
-                state = DecodingState(token_ids, None, end_positions, stop_ids, start_index, cache, constants)
+                state = DecodingState(
+                    token_ids, None, end_positions, stop_ids, start_index, self._start_index_bound(inputs, token_ids),
+                    cache, constants,
+                )
                 return beam_search(body, state, options, self._loop_cache_growth())
 
             return run

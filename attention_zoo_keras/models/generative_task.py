@@ -20,7 +20,8 @@ A family fills these hooks:
 - optionally `_score_processor(rules)`: a function applied to each step's
   scores (suppressed tokens, a forced end token);
 - optionally `_cache_growth()`: a `CacheGrowth`, for a cache that grows
-  with the positions written (`generation.cache_growth`).
+  with the positions written (`generation.cache_growth`), with
+  `_start_index_bound(inputs, token_ids)`, the sizes' lower bound.
 
 The step and the score processor should not branch on a tensor's value
 (`backend_support.apply_when` skips work without one): under torch a body
@@ -294,6 +295,14 @@ class GenerativeTask(DecodingPrograms, Task):
         `generation.cache_growth.CacheGrowth`, e.g. `layer_cache_growth`'s),
         or `None` for a cache that keeps the buffer's size (the default)."""
         return None
+
+    def _start_index_bound(self, inputs, token_ids):
+        """A Python int at least the first position the loop decodes and
+        past every position `_start_decoding`'s cache holds, from the
+        static shapes of the program's `inputs` and `token_ids` (see
+        `generation.DecodingState.start_index_bound`): the buffer's length
+        by default, so a cache keeps its one size."""
+        return int(token_ids.shape[1])
 
     # --- the template -------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A decoding cache that grows with the positions written
-(`generation.cache_growth`): under torch on a CPU the loop runs in segments
-of growing cache sizes, and gives the tokens and scores of a cache that
-keeps the buffer's size; elsewhere the cache keeps one size."""
+(`generation.cache_growth`): under torch or JAX on a CPU the loop runs in
+segments of growing cache sizes (under JAX, one loop per size in the one
+compiled program), and gives the tokens and scores of a cache that keeps
+the buffer's size; elsewhere the cache keeps one size."""
 
 import keras
 import numpy as np
@@ -13,11 +14,15 @@ from attention_zoo_keras.attention.registry import get_decoding
 from attention_zoo_keras.backend_support import compiled_decoding
 from attention_zoo_keras.backend_support import decoding_cache_sizes
 from attention_zoo_keras.generation import cache_growth
+from attention_zoo_keras.models import causal_lm
 from tests.support.streamers import RecordingStreamer
 from tests.support.tiny_models import tiny_gpt
 
 TORCH = keras.backend.backend() == "torch"
 TORCH_ON_CPU = TORCH and not keras.ops.convert_to_tensor(0).is_cuda
+JAX_ON_CPU = keras.backend.backend() == "jax" and __import__("jax").default_backend() == "cpu"
+GROWS = TORCH_ON_CPU or JAX_ON_CPU
+NOT_GROWING = "the cache grows only under torch or JAX on a CPU; elsewhere it keeps one size"
 
 
 def test_a_key_value_cache_resized_keeps_its_positions_and_empties_new_slots():
@@ -77,7 +82,7 @@ def test_the_cache_sizes_of_a_loop():
         ids = keras.ops.zeros((1, buffer_length), "int32")
         return decoding_cache_sizes(ids, first_position, cache_traffic, weight_bytes)
 
-    if TORCH_ON_CPU:
+    if GROWS:
         assert sizes(192, 32) == (64, 128, 192)
         assert sizes(192, 0) == (16, 32, 64, 128, 192)
         assert sizes(64, 16) == (32, 64)
@@ -145,7 +150,7 @@ def _grow_from_4_recording_sizes(monkeypatch):
     return sizes
 
 
-@pytest.mark.skipif(not TORCH_ON_CPU, reason="the cache grows only under torch on a CPU; elsewhere it keeps one size")
+@pytest.mark.skipif(not GROWS, reason=NOT_GROWING)
 @pytest.mark.parametrize("task", [_gpt, _translator], ids=["gpt", "seq2seq"])
 @pytest.mark.parametrize(
     "decoding",
@@ -154,20 +159,27 @@ def _grow_from_4_recording_sizes(monkeypatch):
 )
 def test_a_growing_cache_gives_the_tokens_and_scores_of_one_size(monkeypatch, task, decoding):
     model, inputs, options = task()
+    monkeypatch.setattr(causal_lm, "PROMPT_MULTIPLE", 1)  # the prompt pass covers the prompt alone
     sizes = _grow_from_4_recording_sizes(monkeypatch)
     grown = model.generate(inputs, return_scores=True, **options, **decoding)
-    first_position = 3 if task is _gpt else 1  # the shortest prompt's length; the decoder start token
+    # Sizes above the first position the loop decodes, as far as the program
+    # knows it when it is built: one past the prompt pass (the shortest
+    # prompt, 3 tokens), or the decoder start token.
+    first_position = 4 if task is _gpt else 1
     assert sorted(set(sizes)) == [size for size in (4, 8, 16) if size > first_position] + [32]
 
     monkeypatch.setattr(compiled_decoding, "_grows_decoding_caches", lambda token_ids: False)
+    model._forget_compiled_functions()  # (JAX: the grown program would be reused)
+    del sizes[:]
     one_size = model.generate(inputs, return_scores=True, **options, **decoding)
+    assert set(sizes) <= {32}
     np.testing.assert_array_equal(grown["token_ids"], one_size["token_ids"])
     np.testing.assert_array_equal(grown["padding_mask"], one_size["padding_mask"])
     np.testing.assert_allclose(grown["scores"], one_size["scores"], atol=1e-5)
     assert grown["token_ids"].shape[1] == 30
 
 
-@pytest.mark.skipif(not TORCH_ON_CPU, reason="the cache grows only under torch on a CPU; elsewhere it keeps one size")
+@pytest.mark.skipif(not GROWS, reason=NOT_GROWING)
 def test_a_stream_grows_its_cache_chunk_by_chunk(monkeypatch):
     lm, _, _ = _gpt()
     prompt = {"token_ids": np.array([[5, 6, 7]], "int32"), "padding_mask": np.ones((1, 3), "int32")}
@@ -183,7 +195,7 @@ def test_a_stream_grows_its_cache_chunk_by_chunk(monkeypatch):
     assert sum(streamer.puts, []) == one_size["token_ids"][0].tolist()
 
 
-@pytest.mark.skipif(not TORCH, reason="JAX compiles every model (jit_compile is its default); caches grow only on torch")
+@pytest.mark.skipif(not TORCH, reason="torch compiles loop bodies apart under jit_compile=True; JAX: the test below")
 def test_jit_compile_keeps_one_cache_size():
     """Under `compile(jit_compile=True)` each size would be one more inductor
     compilation of the loop's body on torch."""
@@ -191,3 +203,20 @@ def test_jit_compile_keeps_one_cache_size():
     assert lm._loop_cache_growth() is not None
     lm.compile(jit_compile=True)
     assert lm._loop_cache_growth() is None
+
+
+@pytest.mark.skipif(not JAX_ON_CPU, reason="JAX on a CPU compiles every decoding loop whole, its cache grown")
+def test_jax_compiles_the_loops_of_every_cache_size_into_one_program(monkeypatch):
+    model, inputs, options = _translator()
+    sizes = _grow_from_4_recording_sizes(monkeypatch)
+    starts = []
+    start_decoding = type(model)._start_decoding
+    monkeypatch.setattr(
+        type(model), "_start_decoding", lambda self, *args: starts.append(1) or start_decoding(self, *args)
+    )
+    assert model.jit_compile is True and model._loop_cache_growth() is not None
+    results = [model.generate(inputs, num_beams=3, **options)["token_ids"] for _ in range(3)]
+    assert len(starts) == 1  # traced once: one program for the three calls
+    assert sorted(set(sizes)) == [4, 8, 16, 32]  # with a loop per size
+    for tokens in results[1:]:
+        np.testing.assert_array_equal(tokens, results[0])

@@ -18,6 +18,7 @@ from attention_zoo_keras.backend_support import compiled_decoding
 from attention_zoo_keras.backend_support import cuda_graphs
 from attention_zoo_keras.backend_support import recorded_steps
 from attention_zoo_keras.generation import beam_search
+from attention_zoo_keras.models import causal_lm
 from tests.support.devices import needs_cuda
 from tests.support.streamers import RecordingStreamer
 from tests.support.tiny_models import tiny_gpt
@@ -82,11 +83,13 @@ def test_greedy_decoding_equals_full_passes_with_one_recording_per_part_and_cach
     lm = _tiny_lm()
     monkeypatch.setattr(compiled_decoding, "_GROWTH_PAYS_FROM_SHARE", 0.0)  # a CPU grows any cache
     monkeypatch.setattr(compiled_decoding, "_GROWTH_PAYS_FROM_BYTES", 0)
+    monkeypatch.setattr(causal_lm, "PROMPT_MULTIPLE", 1)  # the prompt pass covers the prompt alone
     traces = _count_calls(monkeypatch, recorded_steps, "_jit_trace")
     _generate_greedily_three_times(lm)
     whole_recordings = [call for call in traces if call.get("strict")]  # the prompt pass and the loop's body
-    # The buffer holds 32 positions (the model's limit) and decoding starts at 4.
-    cache_sizes = compiled_decoding.decoding_cache_sizes(keras.ops.zeros((2, 32), "int32"), 4, 1, 1)
+    # The buffer holds 32 positions (the model's limit); decoding starts at 4,
+    # within one past the prompt pass (4 positions).
+    cache_sizes = compiled_decoding.decoding_cache_sizes(keras.ops.zeros((2, 32), "int32"), 5, 1, 1)
     if TORCH and not _on_cuda():
         assert cache_sizes == (16, 32)  # a CPU grows the cache: one body recording per size
     assert len(whole_recordings) == (1 + len(cache_sizes) if TORCH else 0)

@@ -279,6 +279,11 @@ class TransformerSeq2SeqLM(GenerativeTask):
             [block.self_attention for block in decoder_layers], step_weights + self.lm_head.weights
         )
 
+    def _start_index_bound(self, inputs, token_ids):
+        """1: the loop starts after the decoder start token, and the
+        self-attention caches start empty."""
+        return 1
+
     def _sources_by_length(self):
         """Whether the decoding steps' cross-attention is given the sources'
         lengths instead of their padding mask: where the backbone's encoder
