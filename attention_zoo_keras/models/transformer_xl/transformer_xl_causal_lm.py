@@ -49,6 +49,15 @@ def _is_token_stream(x):
     return False
 
 
+def _split_stream(stream, validation_split):
+    """`(head, tail)` of a 1-D token stream: its last `validation_split` of
+    tokens held out, as Keras holds out the last examples of arrays."""
+    if not 0.0 < validation_split < 1.0:
+        raise ValueError(f"validation_split must be between 0 and 1; got {validation_split}.")
+    split_at = int(np.floor(len(stream) * (1.0 - validation_split)))
+    return stream[:split_at], stream[split_at:]
+
+
 @register
 class TransformerXLCausalLM(CausalLM):
     """Predicts the next token at every position, over any context length.
@@ -262,21 +271,47 @@ class TransformerXLCausalLM(CausalLM):
             return super()._as_dataset(x, y, sample_weight, batch_size, shuffle)
         if y is not None or sample_weight is not None:
             raise ValueError("A token stream's labels are its next tokens; pass only the text or the ids.")
-        check_id_range("token_ids", stream, self.backbone.vocabulary_size)
         batch_size = batch_size or DEFAULT_STREAM_BATCH_SIZE
-        pad_id = self.preprocessor.tokenizer.end_token_id if self.preprocessor is not None else 0
-        features, labels, weights = stream_segments(stream, batch_size, self.segment_length, pad_id)
+        features, labels, weights = self._segments(stream, batch_size)
         self.reset_memory(batch_size)
         return features, labels, weights, batch_size
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, **kwargs):
+    def _segments(self, stream, batch_size):
+        """`stream_segments` of a token stream, its ids checked."""
+        check_id_range("token_ids", stream, self.backbone.vocabulary_size)
+        pad_id = self.preprocessor.tokenizer.end_token_id if self.preprocessor is not None else 0
+        return stream_segments(stream, batch_size, self.segment_length, pad_id)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, sample_weight=None, shuffle=True, validation_data=None,
+            validation_split=0.0, **kwargs):
         """`keras.Model.fit`; raw text or a 1-D token stream is read in
         order as `batch_size` parallel streams (never shuffled), the memory
-        carried from batch to batch and reset at each epoch's start."""
-        if self._stream(x) is not None:
+        carried from batch to batch and reset at each epoch's start.
+
+        With such a stream, `validation_split` holds out the stream's last
+        fraction of tokens, and `validation_data` may be a stream too (raw
+        text or ids): either is read as its own ordered segments, in
+        `batch_size` parallel rows, the memory reset at its start.
+
+        Example:
+
+        >>> lm.fit(stream, batch_size=8, epochs=3, validation_split=0.1)  # doctest: +SKIP
+        """
+        stream = self._stream(x)
+        if stream is not None:
             shuffle = False
+            if validation_split and validation_data is None:
+                x, validation_data = _split_stream(stream, validation_split)
+                validation_split = 0.0
+            validation_stream = None if validation_data is None else self._stream(validation_data)
+            if validation_stream is not None:
+                try:
+                    validation_data = self._segments(validation_stream, batch_size or DEFAULT_STREAM_BATCH_SIZE)
+                except ValueError as error:
+                    raise ValueError(f"The validation stream cannot be read in segments: {error}") from None
         return super().fit(
-            x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight, shuffle=shuffle, **kwargs
+            x, y, batch_size=batch_size, epochs=epochs, sample_weight=sample_weight, shuffle=shuffle,
+            validation_data=validation_data, validation_split=validation_split, **kwargs
         )
 
     # ------------------------------------------------------------------

@@ -146,6 +146,34 @@ def test_fit_trains_on_ordered_segments_and_keeps_memory_out_of_the_gradient(tmp
     )
 
 
+def test_validation_split_holds_out_the_stream_tail_read_in_order():
+    stream = np.tile(np.arange(10, 22), 10)  # 120 tokens: the last 30 held out
+    split = _lm()
+    split.compile(optimizer=keras.optimizers.SGD(0.1))
+    split_history = split.fit(stream, batch_size=2, epochs=2, validation_split=0.25, verbose=0)
+    held_out = _lm()
+    held_out.compile(optimizer=keras.optimizers.SGD(0.1))
+    held_out_history = held_out.fit(stream[:90], batch_size=2, epochs=2, validation_data=stream[90:], verbose=0)
+    for name in ("loss", "val_loss"):
+        np.testing.assert_allclose(split_history.history[name], held_out_history.history[name], rtol=1e-5)
+    # The last validation ran on the trained weights over the tail as its own
+    # stream, the memory carried from segment to segment: evaluate's number.
+    tail = split.evaluate(stream[90:], batch_size=2, verbose=0, return_dict=True)
+    np.testing.assert_allclose(split_history.history["val_loss"][-1], tail["loss"], rtol=1e-5)
+    expected = _manual_stream_nll(split, stream[90:], batch_size=2, segment_length=MEM_LEN)
+    np.testing.assert_allclose(tail["perplexity"], np.exp(expected), rtol=1e-4)
+
+
+def test_a_validation_stream_too_short_for_the_rows_is_refused():
+    lm = _lm()
+    lm.compile()
+    stream = np.arange(10, 40)
+    with pytest.raises(ValueError, match=r"validation stream .* 3 tokens is too short for 2 parallel rows"):
+        lm.fit(stream, batch_size=2, validation_split=0.1, verbose=0)
+    with pytest.raises(ValueError, match=r"validation_split must be between 0 and 1; got 1.5"):
+        lm.fit(stream, batch_size=2, validation_split=1.5, verbose=0)
+
+
 def test_a_new_batch_size_replaces_the_memory():
     lm = _lm()
     stream = np.random.default_rng(5).integers(0, VOCABULARY_SIZE, size=60)
