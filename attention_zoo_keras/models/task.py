@@ -42,6 +42,15 @@ from attention_zoo_keras.user_warnings import warn
 DEFAULT_BATCH_SIZE = 32
 
 
+def validation_split_index(count, validation_split):
+    """Where Keras splits `count` examples (or tokens) for
+    `validation_split`: `floor(count · (1 − validation_split))`, the last
+    ones held out; `ValueError` unless `0 < validation_split < 1`."""
+    if not 0.0 < validation_split < 1.0:
+        raise ValueError(f"validation_split must be between 0 and 1; got {validation_split}.")
+    return int(math.floor(count * (1.0 - validation_split)))
+
+
 class FamilyPresets(PresetsOfFamily):
     """Class attribute `presets` of a task: its backbone family's presets."""
 
@@ -168,10 +177,8 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         """`((x, y, sample_weight) to train on, validation data)`: raw `x`
         (and `y`, `sample_weight`) split where Keras splits arrays, the last
         `validation_split` of the examples held out."""
-        if not 0.0 < validation_split < 1.0:
-            raise ValueError(f"validation_split must be between 0 and 1; got {validation_split}.")
         count = self.preprocessor.num_examples(x)
-        split_at = int(math.floor(count * (1.0 - validation_split)))
+        split_at = validation_split_index(count, validation_split)
         if split_at in (0, count):
             raise ValueError(
                 f"The raw training data holds {count} examples, too few to hold out validation_split="

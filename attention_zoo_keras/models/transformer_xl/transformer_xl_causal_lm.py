@@ -26,6 +26,7 @@ from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
 from attention_zoo_keras.metrics.perplexity import Perplexity
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.input_validation import check_id_range
+from attention_zoo_keras.models.task import validation_split_index
 from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import TransformerXLBackbone
 from attention_zoo_keras.models.transformer_xl.transformer_xl_backbone import distance_encodings
 from attention_zoo_keras.models.transformer_xl.transformer_xl_causal_lm_preprocessor import TransformerXLCausalLMPreprocessor
@@ -47,15 +48,6 @@ def _is_token_stream(x):
         array = np.asarray(ops.convert_to_numpy(x))
         return array.ndim == 1 and array.dtype.kind in ("i", "u")
     return False
-
-
-def _split_stream(stream, validation_split):
-    """`(head, tail)` of a 1-D token stream: its last `validation_split` of
-    tokens held out, as Keras holds out the last examples of arrays."""
-    if not 0.0 < validation_split < 1.0:
-        raise ValueError(f"validation_split must be between 0 and 1; got {validation_split}.")
-    split_at = int(np.floor(len(stream) * (1.0 - validation_split)))
-    return stream[:split_at], stream[split_at:]
 
 
 @register
@@ -301,8 +293,8 @@ class TransformerXLCausalLM(CausalLM):
         if stream is not None:
             shuffle = False
             if validation_split and validation_data is None:
-                x, validation_data = _split_stream(stream, validation_split)
-                validation_split = 0.0
+                split_at = validation_split_index(len(stream), validation_split)  # the stream's tail held out
+                x, validation_data, validation_split = stream[:split_at], stream[split_at:], 0.0
             validation_stream = None if validation_data is None else self._stream(validation_data)
             if validation_stream is not None:
                 try:
