@@ -156,32 +156,31 @@ def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes)
     traced (every size is above it, so a resized cache keeps what the
     prompt pass wrote).
 
-    On a CPU under torch or JAX, where the cache moves (`cache_traffic`,
-    bytes per step) at least half as many bytes per step as the weights
-    (`weight_bytes`) and at least 8 MiB, the cache grows: 16, 32, 64, …
-    (those between `first_position` and `buffer_length`), then
-    `buffer_length`. A step there costs the bytes it moves: attention
-    reads every slot of the cache and beam search copies every slot to
-    reorder its beams, so a buffer-sized cache costs the whole buffer at
-    every step, where the written positions are on average half of it.
-    Each size is one more recording of the step on a shape's first call
-    under torch (about 1.5 s for a 6-layer decoder) and one more loop in
-    the compiled program under JAX (0.5 to 0.7 s), so a smaller share is not
-    worth it: Marian-shaped beam search (share 1.4) ran 12 % faster under
-    torch and 10 to 15 % under JAX, greedy translation (0.11) and GPT-2
-    (0.03 to 0.23) no faster and 2 to 6 s slower to start (torch). Nor is a small
-    cache, whatever its share, since a small model's step costs its Python
-    dispatch: a 32-wide translation model's beam search ran 7 to 20 %
-    slower grown with 0.4 MB of cache traffic a step, level with 6.3 MB,
-    6 % faster with 12.6 MB (torch). The sizes are a fixed ladder, so a
-    recorded step or a compiled program serves every request.
+    On a CPU, where the cache moves (`cache_traffic`, bytes per step) at
+    least half as many bytes per step as the weights (`weight_bytes`) and
+    at least 8 MiB, the cache grows: 16, 32, 64, … (those between
+    `first_position` and `buffer_length`), then `buffer_length`. A step
+    there costs the bytes it moves: attention reads every slot of the cache
+    and beam search copies every slot to reorder its beams, so a
+    buffer-sized cache costs the whole buffer at every step, where the
+    written positions are on average half of it. Each size is one more
+    recording of the step on a shape's first call under torch (about 1.5 s
+    for a 6-layer decoder) and one more loop in the compiled program under
+    JAX and TensorFlow (0.7 s each), so a smaller share is not worth it:
+    Marian-shaped beam search (share 1.4) ran 12 % faster under torch, 10
+    to 15 % under JAX and 13 % under TensorFlow; greedy translation (0.11)
+    and GPT-2 (0.03 to 0.23) no faster and 2 to 6 s slower to start
+    (torch). Nor is a small cache, whatever its share, since a small
+    model's step costs its Python dispatch: a 32-wide translation model's
+    beam search ran 7 to 20 % slower grown with 0.4 MB of cache traffic a
+    step, level with 6.3 MB, 6 % faster with 12.6 MB (torch). The sizes
+    are a fixed ladder, so a recorded step or a compiled program serves
+    every request.
 
-    Elsewhere the cache keeps one size, `(buffer_length,)`: on a GPU a step
-    is bound by launches rather than memory (and JAX's cuDNN kernel skips
-    the keys past each row's length), and under torch each size would be
-    one more captured CUDA graph (not measured to pay); under TensorFlow the
-    grown Marian beam search compiled 10 s longer (23 s against 13 s) and
-    its gain was not measured on an idle machine.
+    On a GPU the cache keeps one size, `(buffer_length,)`: a step there is
+    bound by launches rather than memory (and JAX's cuDNN kernel skips the
+    keys past each row's length), and under torch each size would be one
+    more captured CUDA graph (not measured to pay).
     """
     buffer_length = int(keras.ops.shape(token_ids)[1])
     pays = cache_traffic >= max(_GROWTH_PAYS_FROM_SHARE * weight_bytes, _GROWTH_PAYS_FROM_BYTES)
@@ -196,14 +195,18 @@ def decoding_cache_sizes(token_ids, first_position, cache_traffic, weight_bytes)
 
 
 def _grows_decoding_caches(token_ids):
-    """Whether a decoding loop over `token_ids` may grow its cache: under
-    torch or JAX on a CPU."""
+    """Whether a decoding loop over `token_ids` may grow its cache: on a
+    CPU."""
     backend = backend_name()
     if backend == "jax":
         import jax
 
         return jax.default_backend() == "cpu"
-    return backend == "torch" and not keras.ops.convert_to_tensor(token_ids).is_cuda
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.config.list_logical_devices("GPU")
+    return not keras.ops.convert_to_tensor(token_ids).is_cuda
 
 
 def apply_when(condition, function, x):

@@ -1,8 +1,8 @@
 """A decoding cache that grows with the positions written
-(`generation.cache_growth`): under torch or JAX on a CPU the loop runs in
-segments of growing cache sizes (under JAX, one loop per size in the one
+(`generation.cache_growth`): on a CPU the loop runs in segments of growing
+cache sizes (under JAX and TensorFlow, one loop per size in the one
 compiled program), and gives the tokens and scores of a cache that keeps
-the buffer's size; elsewhere the cache keeps one size."""
+the buffer's size; on a GPU the cache keeps one size."""
 
 import keras
 import numpy as np
@@ -19,10 +19,23 @@ from tests.support.streamers import RecordingStreamer
 from tests.support.tiny_models import tiny_gpt
 
 TORCH = keras.backend.backend() == "torch"
-TORCH_ON_CPU = TORCH and not keras.ops.convert_to_tensor(0).is_cuda
-JAX_ON_CPU = keras.backend.backend() == "jax" and __import__("jax").default_backend() == "cpu"
-GROWS = TORCH_ON_CPU or JAX_ON_CPU
-NOT_GROWING = "the cache grows only under torch or JAX on a CPU; elsewhere it keeps one size"
+
+
+def _on_cpu():
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() == "cpu"
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.config.list_logical_devices("GPU")
+    return not keras.ops.convert_to_tensor(0).is_cuda
+
+
+GROWS = _on_cpu()
+NOT_GROWING = "the cache grows only on a CPU; on a GPU it keeps one size"
 
 
 def test_a_key_value_cache_resized_keeps_its_positions_and_empties_new_slots():
@@ -169,7 +182,7 @@ def test_a_growing_cache_gives_the_tokens_and_scores_of_one_size(monkeypatch, ta
     assert sorted(set(sizes)) == [size for size in (4, 8, 16) if size > first_position] + [32]
 
     monkeypatch.setattr(compiled_decoding, "_grows_decoding_caches", lambda token_ids: False)
-    model._forget_compiled_functions()  # (JAX: the grown program would be reused)
+    model._forget_compiled_functions()  # (JAX, TensorFlow: the grown program would be reused)
     del sizes[:]
     one_size = model.generate(inputs, return_scores=True, **options, **decoding)
     assert set(sizes) <= {32}
@@ -195,7 +208,7 @@ def test_a_stream_grows_its_cache_chunk_by_chunk(monkeypatch):
     assert sum(streamer.puts, []) == one_size["token_ids"][0].tolist()
 
 
-@pytest.mark.skipif(not TORCH, reason="torch compiles loop bodies apart under jit_compile=True; JAX: the test below")
+@pytest.mark.skipif(not TORCH, reason="torch compiles loop bodies apart under jit_compile=True; JAX, TensorFlow: the test below")
 def test_jit_compile_keeps_one_cache_size():
     """Under `compile(jit_compile=True)` each size would be one more inductor
     compilation of the loop's body on torch."""
@@ -205,8 +218,8 @@ def test_jit_compile_keeps_one_cache_size():
     assert lm._loop_cache_growth() is None
 
 
-@pytest.mark.skipif(not JAX_ON_CPU, reason="JAX on a CPU compiles every decoding loop whole, its cache grown")
-def test_jax_compiles_the_loops_of_every_cache_size_into_one_program(monkeypatch):
+@pytest.mark.skipif(TORCH or not GROWS, reason="JAX and TensorFlow compile each decoding loop whole (torch: above)")
+def test_the_loops_of_every_cache_size_compile_into_one_program(monkeypatch):
     model, inputs, options = _translator()
     sizes = _grow_from_4_recording_sizes(monkeypatch)
     starts = []
@@ -214,7 +227,8 @@ def test_jax_compiles_the_loops_of_every_cache_size_into_one_program(monkeypatch
     monkeypatch.setattr(
         type(model), "_start_decoding", lambda self, *args: starts.append(1) or start_decoding(self, *args)
     )
-    assert model.jit_compile is True and model._loop_cache_growth() is not None
+    assert model._loop_cache_growth() is not None  # JAX too, whose jit_compile is always True
+    assert model.jit_compile is True or keras.backend.backend() != "jax"
     results = [model.generate(inputs, num_beams=3, **options)["token_ids"] for _ in range(3)]
     assert len(starts) == 1  # traced once: one program for the three calls
     assert sorted(set(sizes)) == [4, 8, 16, 32]  # with a loop per size
