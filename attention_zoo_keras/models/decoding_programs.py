@@ -89,9 +89,9 @@ class DecodingPrograms:
         `None` where `compile(jit_compile=True)` compiles the loop's body
         alone (torch: each cache size would be one more inductor
         compilation, seconds to minutes each, and one compilation per
-        shape is what is asked). Under JAX every decoding loop is compiled
-        whole (`jit_compile` is its default), the sizes one loop each in the
-        one program."""
+        shape is what is asked). Under JAX (whose `jit_compile` is always
+        true) and TensorFlow every decoding loop is compiled whole, the
+        sizes one loop each in the one program."""
         if self.jit_compile is True and compiles_loop_bodies_apart():
             return None
         return self._cache_growth()
