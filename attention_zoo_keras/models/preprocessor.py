@@ -104,11 +104,18 @@ class Preprocessor:
         if `x` is not raw input of this preprocessor."""
         raise NotImplementedError
 
+    def as_batch(self, x):
+        """Raw input `x` with its examples along its first axis: a single
+        example (one string, one image) as a batch of one, so that `fit` /
+        `predict` take whole examples from it and never index into one;
+        other input as it is (nothing is copied or checked again)."""
+        return x
+
     def examples(self, x, indices):
         """The raw examples at `indices` of raw input `x` (one batch of `fit`
-        or `predict`); a subclass whose raw input holds values shared by all
-        examples overrides this."""
-        return take(x, indices)
+        or `predict`), taken from `as_batch(x)`; a subclass whose raw input
+        holds values shared by all examples overrides this."""
+        return take(self.as_batch(x), indices)
 
     def with_labels(self, features, y=None, sample_weight=None):
         """`features`, or `(features, y)` / `(features, y, sample_weight)`

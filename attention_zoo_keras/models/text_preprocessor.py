@@ -65,6 +65,13 @@ def as_text_list(x, what="text"):
     return checked_texts(np.ravel(x).tolist() if isinstance(x, np.ndarray) else x, what)
 
 
+def as_text_batch(texts):
+    """One string (or 0-d array of one) as a list of one; texts as they are."""
+    if isinstance(texts, str) or (isinstance(texts, np.ndarray) and texts.ndim == 0):
+        return [texts.item() if isinstance(texts, np.ndarray) else texts]
+    return texts
+
+
 def check_padding(padding, bucket_lengths):
     """`(padding, bucket_lengths)` checked: `padding` one of `PADDING_MODES`,
     `bucket_lengths` `None` or positive ints (returned sorted, as a list),
@@ -176,6 +183,19 @@ class TextPreprocessor(Preprocessor):
 
     def count_examples(self, x):
         return len(self.segments(x)[0])
+
+    def as_batch(self, x):
+        """`x` with each single text (a string, a 0-d array) as a list of
+        one, segment by segment.
+
+        >>> from attention_zoo_keras.models import BertPreprocessor, BertTokenizer
+        >>> tokenizer = BertTokenizer.from_vocabulary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "film"])
+        >>> BertPreprocessor(tokenizer).as_batch(("a film", "dull"))
+        (['a film'], ['dull'])
+        """
+        if isinstance(x, tuple):
+            return tuple(as_text_batch(part) for part in x)
+        return as_text_batch(x)
 
 
 class PackedTextPreprocessor(TextPreprocessor):

@@ -297,3 +297,69 @@ def test_a_bad_text_is_named_by_its_position_in_the_data():
     texts[9] = 3
     with pytest.raises(TypeError, match=r"Text 9 is a value of type int \(3\)"):
         classifier.evaluate(texts, np.zeros(12, "int32"), batch_size=4, verbose=0)
+
+
+# --- one example -----------------------------------------------------------------
+
+
+def _same(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_one_text_or_one_text_pair_is_one_example():
+    """`fit` / `predict` / `evaluate` take one string (or one tuple of
+    strings) as a batch of one, never its characters."""
+    keras.utils.set_random_seed(0)
+    preprocessor = azk.models.BertPreprocessor(bert_tokenizer(), sequence_length=16)
+    classifier = azk.models.BertTextClassifier(tiny_bert(16), num_classes=2, dropout=0.0, preprocessor=preprocessor)
+    assert preprocessor.examples("a great film", [0]) == ["a great film"]
+    _same(classifier.predict("a great film", verbose=0), classifier.predict(["a great film"], verbose=0))
+    _same(classifier.predict(("a film", "dull"), verbose=0), classifier.predict((["a film"], ["dull"]), verbose=0))
+    assert classifier.evaluate("a great film", [1], verbose=0) == classifier.evaluate(["a great film"], [1], verbose=0)
+
+    seq2seq = azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
+        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    ), preprocessor=azk.models.TransformerSeq2SeqLMPreprocessor(
+        azk.models.TransformerTokenizer.from_characters("abc"), encoder_sequence_length=8,
+        decoder_sequence_length=8))
+    assert seq2seq.evaluate(("abc", "cba"), verbose=0) == seq2seq.evaluate((["abc"], ["cba"]), verbose=0)
+
+
+def test_one_image_is_one_example():
+    """An `(height, width, channels)` array, a grayscale `(height, width)`
+    one and a PIL image are each a batch of one; a boolean array is refused
+    naming its dtype."""
+    from PIL import Image
+
+    keras.utils.set_random_seed(0)
+    classifier = azk.models.ViTImageClassifier(
+        azk.models.ViTBackbone(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
+                               intermediate_dim=16),
+        num_classes=3, preprocessor=azk.models.ViTImageConverter(image_size=16))
+    image = np.random.default_rng(0).integers(0, 256, size=(20, 20, 3), dtype="uint8")
+    batch_of_one = classifier.predict(image[None], verbose=0)
+    _same(classifier.predict(image, verbose=0), batch_of_one)
+    _same(classifier.predict(Image.fromarray(image), verbose=0), batch_of_one)
+    gray = image[:, :, 0]
+    _same(classifier.predict(gray, verbose=0), classifier.predict(gray[None, :, :, None], verbose=0))
+    with pytest.raises(TypeError, match="Image 0 is an array of booleans"):
+        classifier.predict(np.ones((2, 17, 23, 3), bool), verbose=0)
+
+
+def test_one_vilbert_question_is_one_example_and_unpaired_inputs_are_named():
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "colour", "is", "the", "sofa", "?"]
+    preprocessor = azk.models.ViLBERTPreprocessor(
+        azk.models.BertTokenizer.from_vocabulary(vocabulary), sequence_length=8, max_regions=4)
+    backbone = azk.models.ViLBERTBackbone(
+        vocabulary_size=11, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16, region_feature_dim=6,
+        visual_num_layers=1, visual_num_heads=2, visual_hidden_dim=4, visual_intermediate_dim=8,
+        co_attention_dim=4, co_attention_num_heads=2, co_attention_text_layers=[1], co_attention_visual_layers=[0],
+        max_sequence_length=8)
+    vqa = azk.models.ViLBERTVisualQuestionAnswerer(backbone, num_answers=5, dropout=0.0, preprocessor=preprocessor)
+    raw = {"text": "what colour is the sofa?", "regions": [np.ones((2, 6), "float32")],
+           "boxes": [np.array([[0, 0, 50, 40], [10, 10, 100, 80]], "float32")], "image_size": (80, 100)}
+    assert preprocessor.examples(raw, [0])["text"] == ["what colour is the sofa?"]
+    _same(vqa.predict(raw, verbose=0), vqa.predict({**raw, "text": [raw["text"]]}, verbose=0))
+    with pytest.raises(ValueError, match="Got 3 texts, 1 entries of regions and 1 of boxes; give one entry per example"):
+        vqa.predict({**raw, "text": ["what", "is", "the"]}, verbose=0)

@@ -10,6 +10,7 @@ from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.bert.bert_tokenizer import BertTokenizer
 from attention_zoo_keras.models.preprocessed_batches import take
 from attention_zoo_keras.models.preprocessor import Preprocessor
+from attention_zoo_keras.models.text_preprocessor import as_text_batch
 from attention_zoo_keras.models.text_preprocessor import as_text_list
 from attention_zoo_keras.models.vilbert.vilbert_region_inputs import region_inputs
 from attention_zoo_keras.registration import register
@@ -108,10 +109,14 @@ class ViLBERTPreprocessor(Preprocessor):
 
     def count_examples(self, x):
         self._check_keys(x)
-        return len(as_text_list(x["text"]))
+        return _checked_example_count(x, len(as_text_list(x["text"])), "example")
+
+    def as_batch(self, x):
+        """`x` with one text (a string) as a list of one."""
+        return {**x, "text": as_text_batch(x["text"])}
 
     def examples(self, x, indices):
-        x = dict(x)
+        x = dict(self.as_batch(x))
         shared_size = _is_one_image_size(x["image_size"])
         image_size = x.pop("image_size")
         batch = take(x, indices)
@@ -133,6 +138,23 @@ class ViLBERTPreprocessor(Preprocessor):
 
     def __call__(self, x, y=None, sample_weight=None):
         return self.with_labels(self.pack(x), y, sample_weight)
+
+
+def _checked_example_count(x, num_texts, example):
+    """`num_texts`, checked to be the number of entries of `x`'s regions,
+    boxes and (unless one is shared) image sizes: one per `example` (no
+    texts: 0, which `num_examples` refuses as empty input)."""
+    if num_texts == 0:
+        return 0
+    counts = {"texts": num_texts, "entries of regions": len(x["regions"]), "of boxes": len(x["boxes"])}
+    if not _is_one_image_size(x["image_size"]):
+        counts["image sizes"] = len(x["image_size"])
+    if len(set(counts.values())) > 1:
+        listed = [f"{count} {what}" for what, count in counts.items()]
+        raise ValueError(
+            f"Got {', '.join(listed[:-1])} and {listed[-1]}; give one entry per {example}."
+        )
+    return num_texts
 
 
 def _is_one_image_array(value):
@@ -185,18 +207,14 @@ class ViLBERTRetrievalPreprocessor(ViLBERTPreprocessor):
 
     def count_examples(self, x):
         self._check_keys(x)
-        return 1 if isinstance(x["text"], str) else len(x["text"])
+        return _checked_example_count(x, 1 if isinstance(x["text"], str) else len(x["text"]), "query")
 
     def pack(self, x):
         self._check_keys(x)
         texts = as_text_list(x["text"]) if isinstance(x["text"], str) else list(x["text"])
         shared_size = _is_one_image_size(x["image_size"])
         sizes = [x["image_size"]] * len(texts) if shared_size else list(x["image_size"])
-        if not len(texts) == len(x["regions"]) == len(x["boxes"]) == len(sizes):
-            raise ValueError(
-                f"Got {len(texts)} texts, {len(x['regions'])} entries of regions, {len(x['boxes'])} of boxes and "
-                f"{len(sizes)} image sizes; give one entry per example (query)."
-            )
+        _checked_example_count(x, len(texts), "query")
         flat = {"text": [], "regions": [], "boxes": [], "image_size": []}
         counts = set()
         for example, (text, regions, boxes, size) in enumerate(zip(texts, x["regions"], x["boxes"], sizes)):

@@ -29,8 +29,15 @@ def _pair(size):
     return (int(size), int(size)) if np.isscalar(size) else (int(size[0]), int(size[1]))
 
 
+# Array kinds taken as images: unsigned and signed integers, floats; booleans
+# too, so that a boolean array gets the converter's error naming its dtype.
+_IMAGE_KINDS = "buif"
+
+
 def _is_image(x):
-    return isinstance(x, Image.Image) or (isinstance(x, np.ndarray) and x.ndim in (2, 3) and x.dtype.kind in "uif")
+    if isinstance(x, Image.Image):
+        return True
+    return isinstance(x, np.ndarray) and x.ndim in (2, 3) and x.dtype.kind in _IMAGE_KINDS
 
 
 @register
@@ -111,7 +118,7 @@ class ViTImageConverter(Preprocessor):
         if _is_image(x):
             return True
         if isinstance(x, np.ndarray):
-            return x.ndim == 4 and x.dtype.kind in "uif"
+            return x.ndim == 4 and x.dtype.kind in _IMAGE_KINDS
         return isinstance(x, (list, tuple)) and all(_is_image(image) for image in x)
 
     def images(self, x):
@@ -129,6 +136,11 @@ class ViTImageConverter(Preprocessor):
     def count_examples(self, x):
         return len(self.images(x))
 
+    def as_batch(self, x):
+        """One image (an array or a PIL image) as a list of one; a batch or
+        a list of images as it is."""
+        return [x] if _is_image(x) else x
+
     # --- conversion -------------------------------------------------------
 
     def _channels(self, image, index):
@@ -137,6 +149,11 @@ class ViTImageConverter(Preprocessor):
         if isinstance(image, Image.Image):
             image = np.asarray(image.convert("RGB" if self.num_channels == 3 else "L"))
         image = np.asarray(image)
+        if image.dtype.kind == "b":
+            raise TypeError(
+                f"Image {index} is an array of booleans; give pixel values: uint8 (0 to 255) or floats "
+                "(scaled by rescale_factor like them), e.g. image.astype('uint8') * 255."
+            )
         if image.size == 0:
             raise ValueError(f"Image {index} has shape {image.shape}: it holds no pixels.")
         bad = first_non_finite(image) if image.dtype.kind == "f" else None
