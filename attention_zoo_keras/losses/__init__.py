@@ -1,3 +1,4 @@
-"""Losses of the papers' training recipes."""
+"""Losses of the papers' training recipes, and the classifiers' default."""
 
+from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing

@@ -4,6 +4,8 @@ layer on the pooled `[CLS]` representation."""
 import keras
 
 from attention_zoo_keras.layers.classification_head import classification_head
+from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
+from attention_zoo_keras.metrics.class_accuracy import ClassAccuracy
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_preprocessor import BertPreprocessor
 from attention_zoo_keras.models.input_validation import check_class_labels
@@ -25,7 +27,9 @@ class BertTextClassifier(Task):
             `hidden_dropout_prob`.
 
     Output: logits `(batch, num_classes)`. `compile()` defaults to AdamW
-    (5e-5), sparse categorical cross-entropy on logits and accuracy.
+    (5e-5), cross-entropy on logits and accuracy, with labels as class
+    indices or rows of class probabilities (one-hot, soft:
+    `losses.ClassCrossentropy`).
 
     Example:
 
@@ -59,8 +63,8 @@ class BertTextClassifier(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            "loss": ClassCrossentropy(),
+            "metrics": [ClassAccuracy()],
         }
 
     def get_config(self):

@@ -17,6 +17,8 @@ import logging
 import keras
 
 from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
+from attention_zoo_keras.metrics.class_accuracy import ClassAccuracy
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.reformer.reformer_backbone import ReformerBackbone
 from attention_zoo_keras.models.reformer.reformer_preprocessor import ReformerPreprocessor
@@ -45,7 +47,9 @@ class ReformerTextClassifier(Task):
 
     Inputs: the backbone's `token_ids` and `padding_mask` `(batch, length)`.
     Output: logits `(batch, num_classes)`. `compile()` defaults to Adam
-    (1e-4), sparse categorical cross-entropy on logits and accuracy.
+    (1e-4), cross-entropy on logits and accuracy, with labels as class
+    indices or rows of class probabilities (one-hot, soft:
+    `losses.ClassCrossentropy`).
 
     Training needs sequences whose length is a multiple of the chunk
     lengths (and, with axial positions, exactly `n₁·n₂` long).
@@ -106,8 +110,8 @@ class ReformerTextClassifier(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdam(1e-4),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            "loss": ClassCrossentropy(),
+            "metrics": [ClassAccuracy()],
         }
 
     def get_config(self):

@@ -10,6 +10,8 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.layers.classification_head import classification_head
+from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
+from attention_zoo_keras.metrics.class_accuracy import ClassAccuracy
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.task import Task
 from attention_zoo_keras.models.vit.vit_backbone import ViTBackbone
@@ -40,8 +42,9 @@ class ViTImageClassifier(Task):
             `id2label`).
 
     Output: logits `(batch, num_classes)`. `compile()` defaults to AdamW
-    (1e-4, weight decay 0.05), sparse categorical cross-entropy on logits and
-    accuracy. `from_preset(..., image_size=384)` builds the backbone at a new
+    (1e-4, weight decay 0.05), cross-entropy on logits and accuracy, with
+    labels as class indices or rows of class probabilities (one-hot, soft:
+    `losses.ClassCrossentropy`). `from_preset(..., image_size=384)` builds the backbone at a new
     resolution (position embeddings interpolated) and the converter to match.
 
     Example:
@@ -96,8 +99,8 @@ class ViTImageClassifier(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(1e-4, weight_decay=0.05),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            "loss": ClassCrossentropy(),
+            "metrics": [ClassAccuracy()],
         }
 
     def predict(self, x, batch_size=None, top_k=None, **kwargs):

@@ -71,7 +71,7 @@ def test_default_compile_is_applied_by_fit():
     classifier = tiny_task(azk.models.BertTextClassifier, azk.models.BertPreprocessor, num_classes=2)
     run_task_test(classifier, ["good film", "bad film"], np.array([1, 0]), expected_output_shape=(2, 2))
     assert isinstance(classifier.optimizer, keras.optimizers.AdamW)
-    assert isinstance(classifier.loss, keras.losses.SparseCategoricalCrossentropy)
+    assert isinstance(classifier.loss, azk.losses.ClassCrossentropy)
 
 
 def test_masking_is_80_10_10_on_non_special_tokens():
