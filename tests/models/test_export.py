@@ -3,13 +3,16 @@ each family's task, exported with an input signature of fixed shapes,
 reloads outside Keras and gives the Keras model's outputs: a TensorFlow
 SavedModel from JAX and TensorFlow (`tf.saved_model.load`), ONNX from torch
 (`onnxruntime`), LiteRT from TensorFlow (the LiteRT interpreter; from torch
-see test_litert_torch_export.py). From
-TensorFlow, a Reformer exported with its length unknown serves every
-length."""
+see test_litert_torch_export.py). Exported without a signature, a
+SavedModel serves any batch and length, from JAX (but the Reformer) and
+TensorFlow; from TensorFlow, a Reformer exported with its length unknown
+serves every length."""
 
 import keras
 import numpy as np
 import pytest
+
+import attention_zoo_keras as azk
 
 from tests.support.tiny_models import outputs_of
 from tests.support.tiny_models import task_cases
@@ -72,6 +75,70 @@ def test_a_reformer_exported_with_an_unknown_length_serves_every_length(tmp_path
         features = {name: value[:, :length] for name, value in x.items()}
         (expected,) = outputs_of(model, features)
         np.testing.assert_allclose(reloaded.serve(features).numpy(), expected, atol=1e-5, rtol=1e-5)
+
+
+# Inputs whose length a test may shorten: every text axis (the region,
+# memory and masked-position axes keep theirs).
+TEXT_INPUTS = ("token_ids", "segment_ids", "padding_mask", "encoder_token_ids", "encoder_padding_mask",
+               "decoder_token_ids", "decoder_padding_mask")
+
+
+def _fewer_and_shorter(x, rows, cut):
+    """The first `rows` examples of `x`, each text input `cut` positions shorter."""
+    return {name: value[:rows, : value.shape[1] - cut] if name in TEXT_INPUTS else value[:rows]
+            for name, value in x.items()}
+
+
+def _serves_the_keras_outputs(model, path, feature_sets):
+    import tensorflow as tf
+
+    reloaded = tf.saved_model.load(str(path))
+    for x in feature_sets:
+        actual = keras.tree.flatten(reloaded.serve({name: tf.constant(value) for name, value in x.items()}))
+        expected = outputs_of(model, x)
+        assert len(actual) == len(expected)
+        for got, wanted in zip(actual, expected):
+            np.testing.assert_allclose(np.asarray(got), wanted, atol=1e-5, rtol=1e-5)
+
+
+UNKNOWN_SIZE_CASES = sorted(name for name in task_cases() if not (BACKEND == "jax" and name.startswith("reformer")))
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="Keras sends torch's dynamic axes to the TorchScript ONNX exporter, "
+                    "which needs static sizes")
+@pytest.mark.parametrize("case", UNKNOWN_SIZE_CASES)
+def test_a_saved_model_exported_without_a_signature_serves_any_batch_and_length(case, tmp_path):
+    """From JAX the sizes that must be equal (a padding mask and its token
+    ids) share one symbol, so the SavedModel serves any batch and length,
+    as TensorFlow's does."""
+    keras.utils.set_random_seed(0)
+    model, x = task_cases()[case]()
+    model.export(str(tmp_path), format="tf_saved_model", verbose=False)
+
+    _serves_the_keras_outputs(model, tmp_path, [x, _fewer_and_shorter(x, rows=3, cut=2)])
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="ONNX from torch needs static sizes (above)")
+def test_a_retriever_exported_without_a_signature_serves_any_number_of_candidates(tmp_path):
+    """The candidates axis is shared by the text and region inputs."""
+    keras.utils.set_random_seed(0)
+    _, x = task_cases()["vilbert_vqa"]()
+    vqa, _ = task_cases()["vilbert_vqa"]()
+    retriever = azk.models.ViLBERTImageTextRetriever(vqa.backbone)
+    candidates = {name: np.stack([value[:2], value[2:4], value[4:6]], axis=1) for name, value in x.items()}
+    retriever.export(str(tmp_path), format="tf_saved_model", verbose=False)
+
+    _serves_the_keras_outputs(retriever, tmp_path, [
+        candidates, {name: value[:1, :2] for name, value in candidates.items()}
+    ])
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX's conversion of unknown sizes")
+def test_a_reformer_exported_from_jax_without_a_signature_is_told_to_fix_its_shapes(tmp_path):
+    model, _ = task_cases()["reformer_classifier"]()
+    with pytest.raises(ValueError, match="from JAX with its input sizes unknown failed.*input_signature"):
+        model.export(str(tmp_path / "saved_model"), format="tf_saved_model", verbose=False)
+    assert not (tmp_path / "saved_model").exists()
 
 
 # The Reformer's converted graph holds a TensorFlow op LiteRT's built-in

@@ -18,6 +18,8 @@ import numpy as np
 from keras import ops
 
 from attention_zoo_keras.layers.classification_head import classification_head
+from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
+from attention_zoo_keras.metrics.class_accuracy import ClassAccuracy
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.input_validation import concrete_shape
 from attention_zoo_keras.models.task import Task
@@ -77,8 +79,9 @@ class ViLBERTImageTextRetriever(Task):
     candidates)`.
 
     `compile()` defaults to AdamW (2e-5, the authors' retrieval rate) and
-    sparse categorical cross-entropy on the index of the matching candidate
-    (the authors' objective, with 4 candidates), and its accuracy.
+    cross-entropy on the index of the matching candidate (the authors'
+    objective, with 4 candidates; or rows of candidate probabilities,
+    `losses.ClassCrossentropy`), and its accuracy.
 
     Example:
 
@@ -102,6 +105,7 @@ class ViLBERTImageTextRetriever(Task):
 
     backbone_cls = ViLBERTBackbone
     preprocessor_cls = ViLBERTRetrievalPreprocessor
+    serving_shared_axes = {1: "candidates"}
 
     def __init__(self, backbone, fusion="mul", dropout=0.1, preprocessor=None, **kwargs):
         initializer = keras.initializers.TruncatedNormal(stddev=backbone.initializer_range)
@@ -151,8 +155,8 @@ class ViLBERTImageTextRetriever(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(2e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            "loss": ClassCrossentropy(),
+            "metrics": [ClassAccuracy()],
         }
 
     def get_config(self):
