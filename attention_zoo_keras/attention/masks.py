@@ -4,7 +4,8 @@ A mask is `True` where a query may attend to a key, broadcastable to
 `(batch, num_heads, query_length, key_length)`. This module builds the
 causal pattern and the mask of per-row key lengths, brings user masks to
 rank 4, reads a mask at the (query, key) pairs a blockwise mechanism
-visits, and gives the logit that stands for "masked" under softmax.
+visits, and gives the logit that stands for "masked" under softmax, and
+the softmax over the keys.
 """
 
 from keras import ops
@@ -53,6 +54,21 @@ def masked_logit(dtype):
     """A logit that vanishes under softmax yet keeps fully masked rows
     finite: −1e9, or −3e4 in float16 (whose range ends at 65504)."""
     return ops.cast(-3e4 if dtype == "float16" else -1e9, dtype)
+
+
+def softmax_last_axis(logits):
+    """`softmax(logits)` over the last axis. Over one key (the first token
+    decoded with an empty memory, a top-k of 1) every weight is 1, computed
+    as `exp(l − l)`: the same values and zero gradient, without Keras'
+    warning that a softmax over an axis of size 1 is likely a mistake.
+
+    >>> import keras, numpy as np
+    >>> [keras.ops.convert_to_numpy(softmax_last_axis(np.zeros((1, n), "float32"))).tolist() for n in (1, 2)]
+    [[[1.0]], [[0.5, 0.5]]]
+    """
+    if logits.shape[-1] == 1:
+        return ops.exp(logits - logits)
+    return ops.softmax(logits, axis=-1)
 
 
 def mask_4d(attention_mask, query_length, key_length):

@@ -29,6 +29,7 @@ from attention_zoo_keras.attention.decoding import KeyValueCache
 from attention_zoo_keras.attention.masks import causal_mask
 from attention_zoo_keras.attention.masks import masked_logit
 from attention_zoo_keras.attention.masks import relative_distances
+from attention_zoo_keras.attention.masks import softmax_last_axis
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 
@@ -346,7 +347,7 @@ def relative_attention(
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
         logits = ops.where(mask, logits, masked_logit(logits.dtype))
-    probabilities = ops.softmax(logits, axis=-1)
+    probabilities = softmax_last_axis(logits)
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
 

@@ -37,6 +37,7 @@ from attention_zoo_keras.attention.decoding import attend_over_cache
 from attention_zoo_keras.attention.masks import causal_mask
 from attention_zoo_keras.attention.masks import key_length_mask
 from attention_zoo_keras.attention.masks import masked_logit
+from attention_zoo_keras.attention.masks import softmax_last_axis
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 
@@ -124,7 +125,7 @@ def softmax_attention(
     logits = ops.einsum("btnh,bsnh->bnts", query, key) * ops.cast(scale, query.dtype)
     if mask is not None:
         logits = ops.where(mask, logits, masked_logit(logits.dtype))
-    probabilities = ops.softmax(logits, axis=-1)
+    probabilities = softmax_last_axis(logits)
     probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
     return ops.einsum("bnts,bsnh->btnh", probabilities, value)
 

@@ -32,6 +32,7 @@ from attention_zoo_keras.attention.decoding import KeyValueCache
 from attention_zoo_keras.attention.masks import gather_mask
 from attention_zoo_keras.attention.masks import mask_4d
 from attention_zoo_keras.attention.masks import masked_logit
+from attention_zoo_keras.attention.masks import softmax_last_axis
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 from attention_zoo_keras.attention.softmax import softmax_attention
@@ -271,7 +272,7 @@ def sparse_attention(
         any_visible = mask_ops.logical_or(any_visible, mask_ops.any(far_mask, axis=-1, keepdims=True))
 
     logits = ops.concatenate(logits, axis=-1)
-    probabilities = ops.softmax(logits, axis=-1)
+    probabilities = softmax_last_axis(logits)
     # A query with an empty set attends to nothing: output 0 (not a uniform
     # average over masked slots, which would include future keys).
     probabilities = ops.where(any_visible, probabilities, ops.zeros((), probabilities.dtype))

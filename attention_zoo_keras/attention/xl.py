@@ -43,6 +43,7 @@ from attention_zoo_keras.attention.decoding import KeyValueCache
 from attention_zoo_keras.attention.masks import causal_mask
 from attention_zoo_keras.attention.masks import masked_logit
 from attention_zoo_keras.attention.masks import relative_distances
+from attention_zoo_keras.attention.masks import softmax_last_axis
 from attention_zoo_keras.attention.registry import register_decoding
 from attention_zoo_keras.attention.registry import register_mechanism
 
@@ -190,7 +191,7 @@ def xl_attention(
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if mask is not None:
         logits = ops.where(mask, logits, masked_logit(logits.dtype))
-    probabilities = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), dtype)
+    probabilities = ops.cast(softmax_last_axis(ops.cast(logits, "float32")), dtype)
     if training and dropout_rate > 0.0:
         probabilities = random.dropout(probabilities, dropout_rate, seed=seed_generator)
     return ops.einsum("bnts,bsnh->btnh", probabilities, value)

@@ -37,6 +37,7 @@ import inspect
 import numpy as np
 from keras import ops
 
+from attention_zoo_keras.attention.masks import softmax_last_axis
 from attention_zoo_keras.naming import NameRegistry
 
 
@@ -210,7 +211,7 @@ class TopPSampler(DrawingSampler):
         k = vocabulary if self.k is None else min(self.k, vocabulary)
         top_logits, top_ids = ops.top_k(logits, k=k, sorted=True)
         top_logits = top_logits / self.temperature
-        probabilities = ops.softmax(top_logits, axis=-1)
+        probabilities = softmax_last_axis(top_logits)
         mass_before = ops.cumsum(probabilities, axis=-1) - probabilities
         return top_logits, top_ids, ops.less(mass_before, self.p)
 

@@ -106,3 +106,24 @@ def test_missing_positions_are_a_clear_error_and_biases_are_weights_not_options(
         xl_attention(query, key, value)
     assert "content_bias" not in mechanism_options("xl")
     assert mechanism_options("xl") == {"per_layer_biases": True}
+
+
+def test_one_key_attends_with_weight_one_and_no_warning():
+    """The first token of a text scored over the authors' empty memory
+    attends to one key: Keras' warning about a softmax over one entry is not
+    raised for it, in the model or in a top-p sampler keeping one token."""
+    import warnings
+
+    import attention_zoo_keras as azk
+    from attention_zoo_keras.attention.masks import softmax_last_axis
+
+    backbone = azk.models.TransformerXLBackbone(
+        vocabulary_size=8, num_layers=1, num_heads=2, hidden_dim=8, head_dim=4, intermediate_dim=16, mem_len=4)
+    lm = azk.models.TransformerXLCausalLM(backbone)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*softmax")
+        scores = lm.score(np.array([[2]]), memory=backbone.initial_memory(1, 0))
+        weights = softmax_last_axis(keras.ops.convert_to_tensor(np.array([[0.5], [-3.0]], "float32")))
+        azk.generation.TopPSampler(0.9, k=1).candidates(keras.ops.convert_to_tensor(np.ones((1, 5), "float32")))
+    assert np.all(np.isfinite(keras.ops.convert_to_numpy(scores["log_probabilities"])))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(weights), [[1.0], [1.0]])
