@@ -84,7 +84,8 @@
 # ours against ours with the embedding gradient as one-hot matrix products
 # or summed by id after sorting (no atomic adds), and KerasHub; then the
 # kernels of the three forms of ours); profile_decode (every kernel of a
-# batch-1 GPT-2 decoding step, ours, by name).
+# batch-1 GPT-2 decoding step, ours, by name; XLA's optimized programs, in
+# which the kernels are named, to $RESULTS/decode_hlo_$DTYPE.tar.gz).
 # DTYPE as for torch_gpu. Logs (appended to $RESULTS/jax_gpu.log, or LOG)
 # and JSON go to $RESULTS.
 set -uo pipefail
@@ -208,8 +209,15 @@ jax_gpu() {
                     --json "$RESULTS/jax_bert_${dtype}_128_train_embedding_gradients.json"
                 timeout 150 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts train --seq-lens 128 \
                     --bert-contenders "$gradients" ;;
-            profile_decode) timeout 90 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts gpt \
-                --batch-sizes 1 --gpt-contenders ours --rows 300 ;;
+            profile_decode) (
+                    # XLA's own dump of every optimized program, where the kernels are named
+                    local dump="$RESULTS/decode_hlo"
+                    export XLA_FLAGS="${XLA_FLAGS:-} --xla_dump_to=$dump --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$"
+                    timeout 90 "$PYTHON" -m benchmarks.profile_jax_gpu --dtype "$dtype" --parts gpt \
+                        --batch-sizes 1 --gpt-contenders ours --rows 300
+                    find "$dump" -type f ! -name '*after_optimizations.txt' -delete
+                    tar -czf "$RESULTS/decode_hlo_${dtype}.tar.gz" -C "$dump" . && rm -rf "$dump"
+                ) ;;
             *) echo "unknown part: $part" ;;
         esac 2>&1 | grep --line-buffered -v '^USDT:' | tee -a "$LOG"
     done
