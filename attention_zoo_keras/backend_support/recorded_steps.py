@@ -228,11 +228,28 @@ class _Recordings:
             # global generator are undone, so the first replay draws what
             # an eager call would have.
             with torch.random.fork_rng():
-                self.replays[signature] = self.record(nesting, flat_args)
+                self.replays[signature] = self.record(nesting, _distinct(flat_args))
         replay = self.replays[signature]
         if replay is None:
             return self.eager(*args)
         return replay(flat_args)
+
+
+def _distinct(tensors):
+    """`tensors` with every repeat of a tensor object replaced by a copy.
+
+    A recorder maps each input tensor object to one input of the program:
+    given the same object twice (a beam search starts its finished beams
+    as its running ones, its position at the prompt's length), every use
+    of both is recorded as a use of one of them, and replays, whose inputs
+    then differ, compute with the wrong one.
+    """
+    seen = set()
+    distinct = []
+    for tensor in tensors:
+        distinct.append(tensor.clone() if id(tensor) in seen else tensor)
+        seen.add(id(tensor))
+    return distinct
 
 
 def _stateless(step, nesting, variables):

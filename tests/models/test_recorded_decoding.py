@@ -131,6 +131,31 @@ def test_a_body_that_branches_on_shapes_only_is_recorded():
     assert len(compiled.signatures) == 1
 
 
+@pytest.mark.skipif(not TORCH, reason="recordings exist on torch only")
+@pytest.mark.parametrize("compile_program", [False, True], ids=["traced", "compiled"])
+def test_one_tensor_given_as_two_arguments_is_recorded_as_two(compile_program):
+    """A beam search starts its finished beams as its running ones: the
+    recording must keep them two inputs, which later calls give apart."""
+    import torch
+
+    compiled = recorded_steps.compile_step(lambda a, b: a * 10.0 + b, [], compile_program=compile_program)
+    same = torch.ones(2)
+    np.testing.assert_array_equal(compiled(same, same).cpu().numpy(), [11.0, 11.0])
+    np.testing.assert_array_equal(compiled(torch.ones(2), torch.full((2,), 5.0)).cpu().numpy(), [15.0, 15.0])
+
+
+@pytest.mark.parametrize("options", [{}, {"num_beams": 3}], ids=["greedy", "beam"])
+def test_jit_compiled_generation_gives_the_tokens_of_the_default_one(options):
+    """`compile(jit_compile=True)` on a CPU: two calls (a recording, then a
+    replay) give the default `generate`'s tokens."""
+    lm = _tiny_lm()
+    expected = lm.generate(PROMPTS, max_length=12, stop_token_ids=None, **options)["token_ids"]
+    lm.compile(jit_compile=True)
+    for _ in range(2):
+        generated = lm.generate(PROMPTS, max_length=12, stop_token_ids=None, **options)["token_ids"]
+        np.testing.assert_array_equal(generated, expected)
+
+
 @pytest.mark.skipif(keras.backend.backend() == "tensorflow",
                     reason="TensorFlow's compiled loop tests its condition at every step, on every device")
 @pytest.mark.parametrize("sampler", ["greedy", "top_k"])
