@@ -61,6 +61,6 @@ class BertMaskedLM(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -56,7 +56,7 @@ def language_model_compile_arguments():
     """`compile()`'s defaults for the Reformer's language models."""
     return {
         "optimizer": FusedAdam(1e-4),
-        "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
         "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     }
 

@@ -35,7 +35,7 @@ class ReformerMaskedLM(Task):
     Output: logits `(batch, length, vocabulary_size)`. `compile()` defaults
     to Adam (1e-4), sparse categorical cross-entropy on logits and accuracy,
     both weighted by the sample weights (the preprocessor's: 1 on the masked
-    positions only).
+    positions only) and averaged over the weighted positions.
 
     Training needs sequences whose length is a multiple of the chunk
     lengths (and, with axial positions, exactly `n₁·n₂` long); at inference

@@ -104,7 +104,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }
 
@@ -115,7 +115,9 @@ class TransformerSeq2SeqLM(GenerativeTask):
         if label_smoothing:
             if loss != "auto":
                 raise ValueError("label_smoothing applies to the default loss; pass loss='auto' with it.")
-            loss = SparseCategoricalCrossentropyWithLabelSmoothing(label_smoothing, from_logits=True)
+            loss = SparseCategoricalCrossentropyWithLabelSmoothing(
+                label_smoothing, from_logits=True, reduction="mean_with_sample_weight"
+            )
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     # ------------------------------------------------------------------

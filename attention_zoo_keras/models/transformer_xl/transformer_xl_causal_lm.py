@@ -139,7 +139,7 @@ class TransformerXLCausalLM(CausalLM):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdam(2.5e-4, clipnorm=0.25),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
             "weighted_metrics": [Perplexity()],
         }
 
