@@ -100,7 +100,7 @@ class ServingExport:
                     filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
                 )
             except Exception as error:
-                if not symbolic:
+                if not symbolic or isinstance(error, OSError):  # (a file that cannot be written says so itself)
                     raise
                 raise ValueError(
                     f"Exporting this {type(self).__name__} from JAX with its input sizes unknown failed "
