@@ -116,7 +116,7 @@ class ViLBERTPreprocessor(Preprocessor):
         return {**x, "text": as_text_batch(x["text"])}
 
     def examples(self, x, indices):
-        x = dict(self.as_batch(x))
+        x = self.as_batch(x)  # (a new dict)
         shared_size = _is_one_image_size(x["image_size"])
         image_size = x.pop("image_size")
         batch = take(x, indices)

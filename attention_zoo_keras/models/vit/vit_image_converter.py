@@ -129,9 +129,7 @@ class ViTImageConverter(Preprocessor):
                 "(batch, height, width, channels), or a list of images (arrays or PIL images); "
                 f"got {type(x).__name__}{'' if not isinstance(x, np.ndarray) else f' of shape {x.shape}'}."
             )
-        if _is_image(x):
-            return [x]
-        return list(x)
+        return list(self.as_batch(x))
 
     def count_examples(self, x):
         return len(self.images(x))
