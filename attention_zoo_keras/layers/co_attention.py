@@ -147,6 +147,19 @@ class CoAttentionBlock(keras.layers.Layer):
         self.text_cross_attention = None
         self.visual_cross_attention = None
 
+    def stream_layers(self, stream):
+        """The sublayers that compute one stream's output (`"text"`: `T'`,
+        `"visual"`: `V'`): its queries' cross-attention, its two layer norms,
+        its feed-forward sublayer and their dropouts. A model that reads
+        only the other stream's output does not depend on them."""
+        if stream not in ("text", "visual"):
+            raise ValueError(f"stream must be 'text' or 'visual'; got {stream!r}.")
+        return [
+            getattr(self, f"{stream}_{part}")
+            for part in ("cross_attention", "attention_output_dropout", "attention_norm", "feed_forward",
+                         "feed_forward_dropout", "output_norm")
+        ]
+
     def _cross_attention(self, output_dim, dropout, name):
         """Queries of one stream over the other's keys and values, in
         `co_attention_dim`, projected back to `output_dim`."""

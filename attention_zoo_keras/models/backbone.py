@@ -118,6 +118,34 @@ class Backbone(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainer
             loader.load_backbone_weights(backbone)
         return backbone
 
+    def unused_layers(self, output_names):
+        """The layers whose weights none of the outputs in `output_names`
+        depends on: a task that reads only those outputs does not train them
+        (see `models.unused_weights`).
+
+        The layers are those outside the part of the functional graph that
+        computes the named outputs; a subclass whose layers compute several
+        outputs at once (ViLBERT's co-attention) adds their unused parts.
+
+        Args:
+            output_names: iterable of str. Keys of the backbone's outputs.
+
+        Example:
+
+        >>> from attention_zoo_keras.models import BertBackbone
+        >>> backbone = BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                         intermediate_dim=16, max_sequence_length=16)
+        >>> [layer.name for layer in backbone.unused_layers(["sequence_output"])]
+        ['pooler']
+        """
+        output_names = list(output_names)
+        unknown = [name for name in output_names if name not in self.output]
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no output {unknown}; its outputs: {', '.join(self.output)}.")
+        reading = keras.Model(self.input, {name: self.output[name] for name in output_names}, name=f"{self.name}_part")
+        used = {id(layer) for layer in reading.layers}
+        return [layer for layer in self.layers if id(layer) not in used]
+
     def assign_arrays(self, arrays, source_description, optional_keys=(), filled=()):
         """Loads every variable from `{key: array}` (checked shapes), warning
         about optional keys the checkpoint lacked; `filled` keys already hold

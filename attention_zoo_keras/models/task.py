@@ -29,6 +29,7 @@ from attention_zoo_keras.models.quantization import Quantizes
 from attention_zoo_keras.models.quantization import dtype_policy_config
 from attention_zoo_keras.models.serving_export import ServingExport
 from attention_zoo_keras.models.traced_steps import TracedSteps
+from attention_zoo_keras.models.unused_weights import TrainsOnlyUsedWeights
 from attention_zoo_keras.models.trainable_changes import FollowsTrainableChanges
 from attention_zoo_keras.models.preprocessed_batches import PreprocessedBatches
 from attention_zoo_keras.models.preprocessed_batches import take
@@ -58,11 +59,14 @@ class FamilyPresets(PresetsOfFamily):
         return super().__get__(instance, owner.backbone_cls)
 
 
-class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerState, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
+class Task(TrainsOnlyUsedWeights, ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerState, Quantizes, ExportsToTransformers, ServingExport, keras.Model):
     """A backbone with a task head.
 
     Subclasses set `backbone_cls` and `preprocessor_cls`, build their graph
-    on `backbone.input` in `__init__`, and define `default_compile_arguments`.
+    on `backbone.input` in `__init__`, and define `default_compile_arguments`;
+    one that reads only some of the backbone's outputs names them in
+    `backbone_outputs`, so the weights only the others need are not trained
+    (see `models.unused_weights`).
     """
 
     backbone_cls = Backbone
@@ -79,6 +83,7 @@ class Task(ValidatesInputs, FollowsTrainableChanges, TracedSteps, JaxTrainerStat
         self.backbone = backbone
         self.preprocessor = preprocessor
         self._reads_variables_of(backbone)
+        self._find_unused_layers(backbone)
 
     def validate_inputs(self, inputs):
         """Checks concrete inputs; by default, the backbone's checks."""

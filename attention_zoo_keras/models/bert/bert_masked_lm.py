@@ -31,6 +31,7 @@ class BertMaskedLM(Task):
     """
 
     backbone_cls = BertBackbone
+    backbone_outputs = ("sequence_output",)
     preprocessor_cls = BertMaskedLMPreprocessor
 
     def __init__(self, backbone, preprocessor=None, **kwargs):

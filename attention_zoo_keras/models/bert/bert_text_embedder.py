@@ -39,6 +39,7 @@ class BertTextEmbedder(Task):
     """
 
     backbone_cls = BertBackbone
+    backbone_outputs = ("sequence_output",)
     preprocessor_cls = BertPreprocessor
 
     def __init__(self, backbone, preprocessor=None, pooling="mean", normalize=True, **kwargs):

@@ -314,6 +314,20 @@ class ViLBERTBackbone(Backbone):
         self.initializer_range = initializer_range
         self.num_task_tokens = num_task_tokens
 
+    def unused_layers(self, output_names):
+        """`Backbone.unused_layers`, and the half of the last co-attention
+        layer that computes a stream no named output reads (its text half
+        for a model that reads only the visual stream)."""
+        output_names = list(output_names)
+        unused = super().unused_layers(output_names)
+        last_co_attention = self.get_layer(f"co_attention_layer_{len(self.co_attention_text_layers) - 1}")
+        streams = {"text": ("sequence_output", "pooled_output"),
+                   "visual": ("visual_sequence_output", "visual_pooled_output")}
+        for stream, outputs in streams.items():
+            if not set(outputs) & set(output_names):
+                unused += last_co_attention.stream_layers(stream)
+        return unused
+
     def validate_inputs(self, inputs):
         check_token_inputs(inputs, self.vocabulary_size, self.max_sequence_length, num_segments=self.num_segments)
         if inputs.get("region_mask") is not None:

@@ -98,6 +98,7 @@ class ViLBERTRegionScorer(Task):
     """
 
     backbone_cls = ViLBERTBackbone
+    backbone_outputs = ("visual_sequence_output",)
     preprocessor_cls = ViLBERTPreprocessor
 
     def __init__(self, backbone, dropout=0.1, preprocessor=None, **kwargs):

@@ -57,6 +57,7 @@ class ViTImageClassifier(Task):
     """
 
     backbone_cls = ViTBackbone
+    backbone_outputs = ("sequence_output",)
     preprocessor_cls = ViTImageConverter
     shared_preset_arguments = ("image_size",)
 
