@@ -2,3 +2,4 @@
 
 from attention_zoo_keras.losses.class_cross_entropy import ClassCrossentropy
 from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.models.bert.bert_backbone import BertBackbone
 from attention_zoo_keras.models.bert.bert_masked_lm_preprocessor import BertMaskedLMPreprocessor
 from attention_zoo_keras.models.input_validation import check_id_range
@@ -62,6 +63,6 @@ class BertMaskedLM(Task):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
+            "loss": token_cross_entropy(),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }

@@ -7,6 +7,7 @@ states and the (tied) token embedding matrix,
 import keras
 
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.gpt.gpt_backbone import GPTBackbone
 from attention_zoo_keras.models.gpt.gpt_causal_lm_preprocessor import GPTCausalLMPreprocessor
@@ -48,7 +49,7 @@ class GPTCausalLM(CausalLM):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
+            "loss": token_cross_entropy(),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }
 

@@ -31,6 +31,7 @@ import keras
 from keras import ops
 
 from attention_zoo_keras.layers.fused_keras_layers import Dense
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.generative_task import BUFFER_MULTIPLE
 from attention_zoo_keras.models.generative_task import round_up
@@ -56,7 +57,7 @@ def language_model_compile_arguments():
     """`compile()`'s defaults for the Reformer's language models."""
     return {
         "optimizer": FusedAdam(1e-4),
-        "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
+        "loss": token_cross_entropy(),
         "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     }
 

@@ -16,7 +16,7 @@ from keras import ops
 from attention_zoo_keras import backend_support
 from attention_zoo_keras.generation.cache_growth import layer_cache_growth
 from attention_zoo_keras.layers.tied_lm_head import TiedLMHead
-from attention_zoo_keras.losses.smoothed_cross_entropy import SparseCategoricalCrossentropyWithLabelSmoothing
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.models.generation_request import dict_prompt_arrays
 from attention_zoo_keras.models.generation_request import new_token_counts
 from attention_zoo_keras.models.generative_task import GenerativeTask
@@ -104,7 +104,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdamW(5e-5, weight_decay=0.01),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
+            "loss": token_cross_entropy(),
             "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         }
 
@@ -115,9 +115,7 @@ class TransformerSeq2SeqLM(GenerativeTask):
         if label_smoothing:
             if loss != "auto":
                 raise ValueError("label_smoothing applies to the default loss; pass loss='auto' with it.")
-            loss = SparseCategoricalCrossentropyWithLabelSmoothing(
-                label_smoothing, from_logits=True, reduction="mean_with_sample_weight"
-            )
+            loss = token_cross_entropy(label_smoothing)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     # ------------------------------------------------------------------

@@ -23,6 +23,7 @@ from attention_zoo_keras.attention.xl import xl_attention_mask
 from attention_zoo_keras.backend_support import is_concrete
 from attention_zoo_keras.hub.weights import variables_by_key
 from attention_zoo_keras.layers.adaptive_softmax import AdaptiveLogSoftmax
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.metrics.perplexity import Perplexity
 from attention_zoo_keras.models.causal_lm import CausalLM
 from attention_zoo_keras.models.input_validation import check_id_range
@@ -139,7 +140,7 @@ class TransformerXLCausalLM(CausalLM):
     def default_compile_arguments(self):
         return {
             "optimizer": FusedAdam(2.5e-4, clipnorm=0.25),
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
+            "loss": token_cross_entropy(),
             "weighted_metrics": [Perplexity()],
         }
 

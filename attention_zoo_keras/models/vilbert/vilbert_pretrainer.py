@@ -32,6 +32,7 @@ from attention_zoo_keras.layers.fused_keras_layers import Dense
 from attention_zoo_keras.layers.fused_keras_layers import LayerNormalization
 from attention_zoo_keras.layers.initializers import clone_initializer
 from attention_zoo_keras.layers.masked_lm_head import MaskedLMHead
+from attention_zoo_keras.losses.token_cross_entropy import token_cross_entropy
 from attention_zoo_keras.models.input_validation import check_class_labels
 from attention_zoo_keras.models.input_validation import check_id_range
 from attention_zoo_keras.models.input_validation import check_soft_targets
@@ -194,9 +195,7 @@ class ViLBERTPretrainer(Task):
         return {
             "optimizer": FusedAdamW(1e-4, weight_decay=0.01),
             "loss": {
-                "token_logits": keras.losses.SparseCategoricalCrossentropy(
-                    from_logits=True, reduction="mean_with_sample_weight"
-                ),
+                "token_logits": token_cross_entropy(),
                 "region_logits": ViLBERTRegionKLDivergence(),
                 "alignment_logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             },
