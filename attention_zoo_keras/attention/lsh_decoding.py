@@ -63,7 +63,7 @@ def _window_positions(buckets, new_position, num_buckets, chunk_length, before, 
     written = ops.less_equal(position, new_position)
     unwritten_bucket = ops.cast(math.prod(num_buckets) + 1, "int32")  # after every bucket, padding's included
     sort_key = ops.where(written, buckets, unwritten_bucket) * slots + position
-    order = ops.cast(ops.argsort(sort_key, axis=-1), "int32")
+    order = backend_support.argsort_distinct(sort_key)  # positions make every key distinct
     new_bucket = ops.take(buckets, new_position, axis=-1)[..., None]
     rank = ops.sum(ops.cast(ops.logical_and(written, ops.less_equal(buckets, new_bucket)), "int32"), axis=-1) - 1
     width = (before + 1 + after) * chunk_length

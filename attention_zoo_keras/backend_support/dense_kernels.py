@@ -77,4 +77,6 @@ def layer_normalization(x, gamma, beta, epsilon):
     x, gamma, beta = (ops.convert_to_tensor(t) for t in (x, gamma, beta))
     if gamma.dtype != x.dtype or beta.dtype != x.dtype:
         return None
-    return torch.nn.functional.layer_norm(x, (ops.shape(x)[-1],), gamma, beta, epsilon)
+    # The normalized shape is the weights' (static), not read off `x`: a size
+    # taken from a traced `x` is symbolic, which torch's ONNX export refuses.
+    return torch.nn.functional.layer_norm(x, tuple(gamma.shape), gamma, beta, epsilon)

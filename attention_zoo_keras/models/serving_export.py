@@ -10,6 +10,10 @@ the text's length (`token_ids`, `segment_ids`, `padding_mask`); the source
 (`encoder_*`) and target (`decoder_*`) lengths; the number of regions
 (`region_*`); a task's own shared axes (`serving_shared_axes`, ViLBERT
 retrieval's candidates). Any other unknown size is the input's own.
+
+From torch, an ONNX file without `input_signature` gets the model's own
+inputs as its signature (named, their unknown sizes unknown), where Keras
+would ask for a model that was called once.
 """
 
 import keras
@@ -68,9 +72,12 @@ class ServingExport:
         convert from torch).
 
         Without `input_signature`, a SavedModel serves any batch size and
-        length, from TensorFlow and from JAX; from JAX, a Reformer (whose
+        length, from TensorFlow and from JAX, and so does an ONNX file from
+        torch (its inputs named as the model's). From JAX, a Reformer (whose
         padding to its chunk length depends on the length) needs fixed
-        shapes.
+        shapes; so do, for ONNX from torch, the Reformer and the masked
+        language models (torch's ONNX exporter of unknown sizes has no
+        `take_along_dim`).
 
         Args:
             filepath: str. Where to write.
@@ -83,7 +90,7 @@ class ServingExport:
             **kwargs: dict. Passed on to Keras' exporter.
 
         Raises:
-            ValueError: from JAX, for a model whose graph cannot be
+            ValueError: from JAX or torch, for a model whose graph cannot be
                 converted with its sizes unknown, saying to give fixed ones.
 
         Example:
@@ -93,20 +100,32 @@ class ServingExport:
         ...               "padding_mask": keras.InputSpec(shape=(1, 8), dtype="int32")}]
         >>> classifier.export("model.tflite", format="litert", input_signature=signature)  # doctest: +SKIP
         """
-        symbolic = self._jax_symbolic_sizes(format, input_signature, kwargs)
+        unknown_sizes = self._jax_symbolic_sizes(format, input_signature, kwargs)
+        if keras.backend.backend() == "torch" and format == "onnx" and input_signature is None:
+            input_signature, unknown_sizes = self._own_input_signature(), True
         with litert_export_settings(format):
             try:
                 return super().export(
                     filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
                 )
             except Exception as error:
-                if not symbolic or isinstance(error, OSError):  # (a file that cannot be written says so itself)
+                if not unknown_sizes or isinstance(error, OSError):  # (a file that cannot be written says so itself)
                     raise
                 raise ValueError(
-                    f"Exporting this {type(self).__name__} from JAX with its input sizes unknown failed "
-                    f"({type(error).__name__}: {str(error).strip().splitlines()[0]}). Give `input_signature` "
-                    "with fixed shapes (keras.InputSpec(shape=(batch, length), ...) for each input)."
+                    f"Exporting this {type(self).__name__} from {keras.backend.backend()} with its input sizes "
+                    f"unknown failed ({type(error).__name__}: {str(error).strip().splitlines()[0]}). Give "
+                    "`input_signature` with fixed shapes (keras.InputSpec(shape=(batch, length), ...) for each "
+                    "input)."
                 ) from error
+
+    def _own_input_signature(self):
+        """The model's inputs as `keras.InputSpec`s, named, their unknown
+        sizes unknown (Keras' ONNX exporter from torch otherwise asks for a
+        model that was called once, and names the inputs `input_0`, …)."""
+        return [keras.tree.map_structure(
+            lambda tensor: keras.InputSpec(shape=tensor.shape, dtype=tensor.dtype, name=tensor.name),
+            self._inputs_struct,
+        )]
 
     def _jax_symbolic_sizes(self, format, input_signature, kwargs):
         """Under JAX, for a SavedModel of unknown sizes, puts shared symbols
