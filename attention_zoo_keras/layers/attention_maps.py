@@ -90,7 +90,8 @@ def attention_maps(model, inputs, hash_rounds=False, **call_arguments):
             from this library's layers (a backbone, a task, a block).
         inputs: tensor or dict of tensors. What `model` is called on (for a
             task, its preprocessor's output: `task.preprocessor(texts)`
-            where it has one).
+            where it has one; of an `(x, y, sample_weight)` tuple, as a
+            language model's preprocessor gives, the features `x`).
         hash_rounds: bool. For LSH attention, each hashing round's weights,
             `(batch, heads, rounds, queries, keys)`, instead of their
             combination.
@@ -114,6 +115,8 @@ def attention_maps(model, inputs, hash_rounds=False, **call_arguments):
     >>> [probabilities.shape for probabilities in maps.values()]
     [(1, 2, 4, 4), (1, 2, 4, 4)]
     """
+    if isinstance(inputs, tuple) and inputs and isinstance(inputs[0], dict):
+        inputs = inputs[0]  # a preprocessor's (x, y, sample_weight)
     with _recording(hash_rounds) as recorder:
         model(inputs, training=False, **call_arguments)
     return dict(recorder)

@@ -62,6 +62,11 @@ def as_text_list(x, what="text"):
         return [x]
     if not isinstance(x, (list, tuple, np.ndarray)):
         raise TypeError(f"Expected a string or a list of strings as {what}; got {type(x).__name__}.")
+    if isinstance(x, np.ndarray) and x.ndim > 1 and x.size != len(x):
+        raise ValueError(
+            f"Got a {x.shape} array as {what}: give one text per example (a 1-D array, or one column); "
+            "sentence pairs are a tuple (first texts, second texts)."
+        )
     return checked_texts(np.ravel(x).tolist() if isinstance(x, np.ndarray) else x, what)
 
 

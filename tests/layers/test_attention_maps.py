@@ -205,3 +205,20 @@ def test_plot_attention_draws_one_labelled_panel_per_head():
         azk.plot_attention(np.full((2, 4), 0.25), query_labels=["a", "b", "c"])
     with pytest.raises(ValueError, match=r"maps\[name\]\[0\]"):
         azk.plot_attention(np.zeros((1, 2, 2, 2)))
+
+
+def test_a_language_model_s_preprocessor_output_is_taken_as_it_comes():
+    """A causal LM's preprocessor gives `(x, y, sample_weight)`; the maps
+    are those of `x`."""
+    tokenizer = azk.models.GPTTokenizer.from_vocabulary(
+        {"<|endoftext|>": 0, "a": 1, "b": 2, "Ġ": 3, "ab": 4, "Ġab": 5}, [("a", "b"), ("Ġ", "ab")])
+    backbone = azk.models.GPTBackbone(vocabulary_size=6, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                                      max_sequence_length=16)
+    lm = azk.models.GPTCausalLM(backbone, preprocessor=azk.models.GPTCausalLMPreprocessor(tokenizer, sequence_length=8))
+    batch = lm.preprocessor(["ab ab", "ab"])
+    assert isinstance(batch, tuple)
+    maps = azk.attention_maps(lm, batch)
+    expected = azk.attention_maps(lm, batch[0])
+    assert list(maps) == list(expected)
+    for name in maps:
+        np.testing.assert_array_equal(maps[name], expected[name])

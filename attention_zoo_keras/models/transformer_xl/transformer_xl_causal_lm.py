@@ -116,7 +116,9 @@ class TransformerXLCausalLM(CausalLM):
             streams, backbone.num_layers, backbone.mem_len, backbone.hidden_dim,
             dtype=backbone.dtype_policy, name="read_memory",
         )
-        write_memory = WriteStreamMemory(streams, name="write_memory")
+        # float32: it passes the float32 log-probabilities through, which a
+        # (global) mixed policy's compute dtype would round.
+        write_memory = WriteStreamMemory(streams, dtype="float32", name="write_memory")
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")

@@ -338,3 +338,20 @@ def test_backbone_behaviour(tmp_path):
         TransformerXLBackbone, arguments, inputs(2, 5), {"sequence_output": (2, 5, 8), "memory": (2, 1, 4, 8)},
         tmp_path, variable_input_data=[(inputs(3, 7), {"sequence_output": (3, 7, 8), "memory": (3, 1, 4, 8)})],
     )
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_log_probabilities_are_float32_under_a_global_mixed_policy(policy):
+    """The adaptive softmax computes in float32; the layer that keeps the
+    memory passes its output through without rounding it to the policy's
+    compute dtype."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        lm = TransformerXLCausalLM(_backbone())
+        out = lm({"token_ids": _tokens(1, 4)})
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+    probabilities = np.exp(_numpy(out)).sum(-1)
+    np.testing.assert_allclose(probabilities, 1.0, atol=1e-5)  # float32 log-probabilities normalize to float32 accuracy
