@@ -73,6 +73,18 @@ class PreprocessedBatches(keras.utils.PyDataset):
             None if self.sample_weight is None else take(np.asarray(self.sample_weight), indices),
         )
 
+    def widest(self):
+        """The widest batch's width: the largest size after the batch axis of
+        any integer feature (token ids, masks) of any batch. Preprocesses
+        every batch once."""
+        widths = []
+        for index in range(len(self)):
+            batch = self[index]
+            features = batch[0] if isinstance(batch, tuple) else batch
+            widths += [np.shape(value)[1] for value in keras.tree.flatten(features)
+                       if np.ndim(value) >= 2 and np.issubdtype(np.asarray(value).dtype, np.integer)]
+        return max(widths, default=0)
+
     def on_epoch_end(self):
         if self.shuffle:
             self._rng.shuffle(self._order)

@@ -205,9 +205,18 @@ class Task(TrainsOnlyUsedWeights, ValidatesInputs, FollowsTrainableChanges, Trac
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
-        """`keras.Model.predict`, taking raw inputs (or streams of raw batches) when a preprocessor is attached."""
+        """`keras.Model.predict`, taking raw inputs (or streams of raw batches) when a preprocessor is attached.
+
+        Raw texts whose batches would be padded to different widths are all
+        padded to the widest batch's width (found by preprocessing them once
+        first), so per-token outputs (a language model's logits) are one
+        array on every backend.
+        """
         self._require_inputs("predict", x)
         x, _, _, batch_size = self._as_dataset(x, None, None, batch_size, False)
+        if isinstance(x, PreprocessedBatches) and x.widths_vary and hasattr(self.preprocessor, "padded_to"):
+            with self.preprocessor.padded_to(x.widest()):
+                return super().predict(x, batch_size=batch_size, **kwargs)
         return super().predict(x, batch_size=batch_size, **kwargs)
 
     # --- config and presets ----------------------------------------------

@@ -17,6 +17,8 @@ shape per bucket. `padding="max_length"` pads every batch to
 `sequence_length`, for models whose graph needs one fixed length.
 """
 
+import contextlib
+
 import numpy as np
 
 from attention_zoo_keras.models.preprocessor import Preprocessor
@@ -159,6 +161,19 @@ class TextPreprocessor(Preprocessor):
         most `sequence_length` (`padded_width` with this preprocessor's
         `padding` and `bucket_lengths`)."""
         return padded_width(longest, sequence_length, self.padding, self.bucket_lengths)
+
+    @contextlib.contextmanager
+    def padded_to(self, width):
+        """Within the block, every batch is padded to `width` (at most the
+        sequence length), whatever its longest row: `predict` gives outputs
+        of one width, which Keras can join, when its batches would have
+        been padded to different buckets."""
+        saved = self.padding, self.bucket_lengths
+        self.padding, self.bucket_lengths = "buckets", [int(width)]
+        try:
+            yield self
+        finally:
+            self.padding, self.bucket_lengths = saved
 
     def is_raw(self, x):
         return is_text(x)

@@ -194,6 +194,35 @@ def test_bucketed_padding_gives_the_outputs_of_max_length_padding(task):
     np.testing.assert_allclose(outputs["buckets"], outputs["max_length"], atol=1e-5)
 
 
+def test_per_token_outputs_of_batches_of_different_widths_are_one_array():
+    """A batch of short texts (bucket 16) and one of a long text (bucket 32):
+    `predict` pads both to 32, so a language model's logits are one array
+    on every backend (not a failed concatenation, nor TensorFlow's ragged
+    tensor), each row's real positions as it predicts alone; the seq2seq
+    model's decoder logits likewise."""
+    keras.utils.set_random_seed(0)
+    backbone = azk.models.GPTBackbone(vocabulary_size=6, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                                      max_sequence_length=64)
+    lm = azk.models.GPTCausalLM(backbone, preprocessor=azk.models.GPTCausalLMPreprocessor(gpt_tokenizer(),
+                                                                                         sequence_length=64))
+    texts = ["ab"] * 4 + ["ab " * 20]  # 20 tokens
+    logits = lm.predict(texts, batch_size=4, verbose=0)
+    assert isinstance(logits, np.ndarray) and logits.shape == (5, 32, 6)
+    alone = lm.predict(texts[:1], verbose=0)
+    assert alone.shape == (1, 16, 6)
+    np.testing.assert_allclose(logits[0, :1], alone[0, :1], atol=1e-6)
+    assert (lm.preprocessor.padding, lm.preprocessor.bucket_lengths) == ("buckets", None)  # as it was
+
+    seq2seq = azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
+        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=40,
+    ), preprocessor=azk.models.TransformerSeq2SeqLMPreprocessor(
+        azk.models.TransformerTokenizer.from_characters("abc"), encoder_sequence_length=40,
+        decoder_sequence_length=40))
+    sources, targets = ["abc"] * 2 + ["ab" * 10], ["cba"] * 2 + ["ba" * 10]
+    assert seq2seq.predict((sources, targets), batch_size=2, verbose=0).shape == (3, 32, 8)
+
+
 def _counting(model, method):
     """Counts the calls of `model.<method>`: under a compiled `fit` /
     `predict` (JAX, TensorFlow), one per trace."""
@@ -224,15 +253,18 @@ def test_fit_and_predict_trace_once_per_bucket():
     train_traces = _counting(classifier, "train_step")
     classifier.fit(texts, labels, batch_size=4, epochs=2, shuffle=False, verbose=0)
     predict_traces = _counting(classifier, "predict_step")
-    classifier.predict(texts, batch_size=4, verbose=0)
-    traced_by_the_first_call = len(predict_traces)
+    classifier.predict(texts, batch_size=4, verbose=0)  # every batch padded to the widest, 32
+    classifier.predict(texts[:4], batch_size=4, verbose=0)  # 16 (one batch, which TensorFlow traces apart)
+    traced = len(predict_traces)
     classifier.predict(texts[::-1], batch_size=4, verbose=0)
     if keras.backend.backend() == "tensorflow":
         classifier.predict([text(35)] * 4, batch_size=4, verbose=0)  # a third width, 40
+        classifier.predict([text(35)] * 8, batch_size=4, verbose=0)
         assert len(train_traces) == 1
-        assert len(predict_traces) == traced_by_the_first_call  # no new trace for any width
+        assert len(predict_traces) == traced  # no new trace for any width
     else:
-        assert len(train_traces) == len(predict_traces) == len(widths)  # one compiled step per shape
+        assert len(train_traces) == len(widths)  # one compiled step per shape
+        assert len(predict_traces) == 2  # one per width predicted: the widest batch's (32), and 16
 
 
 def test_fit_takes_later_batches_wider_than_the_first_two():
