@@ -15,7 +15,7 @@ whose answer depends on the backend live here, one concern per module:
 - `recorded_steps`: model steps (forward, decoding, training) recorded once
   per input signature and replayed on torch;
 - `cuda_graphs`: a recorded step replayed as one captured CUDA graph;
-- `fused_optimizers`: optimizer updates as one fused kernel;
+- `fused_optimizers`: optimizer updates as one fused kernel, gradients dense;
 - `gradients`: vector-Jacobian products and custom gradients;
 - `randomness`: the backend's own global generator, seeded;
 - `sorting`: sorting that every backend's exporter converts;
@@ -51,6 +51,7 @@ from attention_zoo_keras.backend_support.environment import compiles_loop_bodies
 from attention_zoo_keras.backend_support.environment import is_concrete
 from attention_zoo_keras.backend_support.environment import relaxes_traced_shapes
 from attention_zoo_keras.backend_support.environment import supports_custom_gradients
+from attention_zoo_keras.backend_support.fused_optimizers import dense_gradient
 from attention_zoo_keras.backend_support.fused_optimizers import fused_adam_update
 from attention_zoo_keras.backend_support.gradients import custom_gradient_from_outputs
 from attention_zoo_keras.backend_support.gradients import vjp
@@ -79,6 +80,7 @@ __all__ = [
     "custom_gradient_from_outputs",
     "decoding_cache_sizes",
     "decoding_while_loop",
+    "dense_gradient",
     "dense_projection",
     "encoders_move_padding_last",
     "exact_gelu",

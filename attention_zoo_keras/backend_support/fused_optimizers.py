@@ -1,4 +1,5 @@
-"""Optimizer updates as one fused kernel where the backend has one.
+"""Optimizer updates as one fused kernel where the backend has one, and
+gradients as dense tensors for an update written with `keras.ops`.
 
 Keras' Adam on torch updates the variables with `torch._foreach_*` calls, one
 pass over every variable per call (eight passes, four of them allocating):
@@ -9,6 +10,19 @@ already.
 """
 
 from attention_zoo_keras.backend_support.environment import backend_name
+
+
+def dense_gradient(gradient):
+    """`gradient` as a dense tensor: TensorFlow gives an embedding table's
+    gradient as `tf.IndexedSlices` (the rows a batch used), which Keras'
+    ops pass through and Python's operators refuse; other gradients, and
+    other backends', are returned as they are."""
+    if backend_name() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+    return gradient
 
 
 def fused_adam_update():

@@ -8,13 +8,22 @@
 Keras' own Adam on torch makes eight passes over every variable per step;
 these make one (`backend_support.fused_adam_update`). The results are
 Keras' to float rounding, and on JAX and TensorFlow (where XLA fuses the
-update) they are `keras.optimizers.Adam` / `AdamW` unchanged.
+update) they are `keras.optimizers.Adam` / `AdamW` unchanged, but for
+bfloat16 and float16 variables. For those Keras computes the bias
+corrections in the variable's dtype, where β₂ = 0.999 rounds to 1, so
+√(1 − β₂ᵗ) = 0 and no variable ever moves; here the step is computed in
+float32 on every backend (torch's fused kernel does so too), and only its
+result is rounded to the variable's dtype.
 """
 
 import keras
 
+from attention_zoo_keras.backend_support import dense_gradient
 from attention_zoo_keras.backend_support import fused_adam_update
 from attention_zoo_keras.registration import register
+
+# Variable dtypes whose Adam step is computed in float32 (`update_step`).
+LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 
 class FusedAdamStep:
@@ -39,6 +48,24 @@ class FusedAdamStep:
             float(self.beta_2),
             float(self.epsilon),
         )
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Keras' Adam step (the backends without a fused kernel call it per
+        variable); for a bfloat16 or float16 variable the same step computed
+        in float32 (see the module docstring), the moments kept in the
+        variable's dtype."""
+        if self.amsgrad or keras.backend.standardize_dtype(variable.dtype) not in LOW_PRECISION_DTYPES:
+            return super().update_step(gradient, variable, learning_rate)
+        ops = keras.ops
+        index = self._get_variable_index(variable)
+        momentum, velocity = self._momentums[index], self._velocities[index]
+        gradient = ops.cast(dense_gradient(gradient), "float32")
+        m = ops.cast(momentum, "float32") * self.beta_1 + gradient * (1.0 - self.beta_1)
+        v = ops.cast(velocity, "float32") * self.beta_2 + ops.square(gradient) * (1.0 - self.beta_2)
+        self.assign(momentum, ops.cast(m, momentum.dtype))
+        self.assign(velocity, ops.cast(v, velocity.dtype))
+        update = self._step_size(learning_rate) * m / (ops.sqrt(v) + self.epsilon)
+        self.assign(variable, ops.cast(ops.cast(variable, "float32") - update, variable.dtype))
 
     def _step_size(self, learning_rate):
         """`α·√(1 − β₂ᵗ) / (1 − β₁ᵗ)` at step `t = iterations + 1`, as Keras'

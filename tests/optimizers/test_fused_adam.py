@@ -103,3 +103,46 @@ def test_a_torch_update_reads_no_value_to_the_host(monkeypatch, learning_rate):
     for _ in range(2):
         reference.apply([gradient], [expected])
     np.testing.assert_allclose(keras.ops.convert_to_numpy(weight), keras.ops.convert_to_numpy(expected), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("optimizer", [FusedAdam, FusedAdamW], ids=["adam", "adamw"])
+def test_low_precision_variables_take_the_float32_step_rounded(dtype, optimizer):
+    """Keras' Adam leaves bfloat16 variables where they are (β₂ = 0.999 is 1
+    in bfloat16, so its bias correction is 0); these move them by the
+    float32 step, rounded once to the variable's dtype, on every backend."""
+    import ml_dtypes
+
+    numpy_dtype = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    start = np.array([1.0, -2.0, 0.5], "float32")
+    gradients = [np.array([0.3, -0.2, 0.05], "float32"), np.array([0.1, 0.4, -0.3], "float32")]
+    variable = keras.Variable(start, dtype=dtype)
+    fused = optimizer(0.1) if optimizer is FusedAdam else optimizer(0.1, weight_decay=0.0)
+    m = v = np.zeros(3, "float64")
+    expected = start.astype(numpy_dtype)
+    for step, gradient in enumerate(gradients, 1):
+        fused.apply([keras.ops.convert_to_tensor(gradient.astype(numpy_dtype))], [variable])
+        g = gradient.astype(numpy_dtype).astype("float64")
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        m, v = m.astype(numpy_dtype).astype("float64"), v.astype(numpy_dtype).astype("float64")  # kept in the dtype
+        step_size = 0.1 * np.sqrt(1 - 0.999**step) / (1 - 0.9**step)
+        expected = (expected.astype("float64") - step_size * m / (np.sqrt(v) + 1e-7)).astype(numpy_dtype)
+    actual = keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32"))
+    assert not np.allclose(actual, start, atol=0.05)  # it moved (Keras' own Adam: not at all)
+    np.testing.assert_allclose(actual, expected.astype("float32"), rtol=1e-2, atol=1e-2)
+
+
+def test_a_bfloat16_model_with_an_embedding_trains():
+    """An embedding table's gradient (on TensorFlow `tf.IndexedSlices`) too."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((2,), dtype="int32"), keras.layers.Embedding(5, 4, dtype="bfloat16"), keras.layers.Flatten(),
+        keras.layers.Dense(1, dtype="bfloat16"),
+    ])
+    model.compile(optimizer=FusedAdamW(0.05), loss="mse")
+    x = np.array([[0, 1], [2, 3], [4, 0], [1, 2]], "int32")
+    y = np.array([[1.0], [-1.0], [0.5], [-0.5]], "float32")
+    table = keras.ops.convert_to_numpy(keras.ops.cast(model.layers[0].embeddings, "float32"))
+    losses = model.fit(x, y, epochs=20, batch_size=4, verbose=0).history["loss"]
+    assert losses[-1] < 0.5 * losses[0]
+    assert not np.array_equal(table, keras.ops.convert_to_numpy(keras.ops.cast(model.layers[0].embeddings, "float32")))
