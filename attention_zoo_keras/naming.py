@@ -6,14 +6,20 @@ import difflib
 
 
 def did_you_mean(name, candidates, n=3, cutoff=0.6):
-    """`" Did you mean: a, b?"` with the known names closest to `name`, or
-    `""` when none is close.
+    """`" Did you mean: a, b?"` with the known names closest to `name`
+    (compared regardless of case), or `""` when none is close.
 
     >>> did_you_mean("top-p", ["greedy", "top_k", "top_p"])
     ' Did you mean: top_p, top_k?'
+    >>> did_you_mean("GPT2", ["gpt2", "gpt2_medium", "bert_base"])
+    ' Did you mean: gpt2?'
     """
-    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=cutoff)
-    return f" Did you mean: {', '.join(close)}?" if close else ""
+    by_folded = {}
+    for candidate in candidates:
+        by_folded.setdefault(str(candidate).lower(), []).append(candidate)
+    close = difflib.get_close_matches(str(name).lower(), list(by_folded), n=n, cutoff=cutoff)
+    names = [str(candidate) for folded in close for candidate in by_folded[folded]][:n]
+    return f" Did you mean: {', '.join(names)}?" if names else ""
 
 
 class NameRegistry:

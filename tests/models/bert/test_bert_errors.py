@@ -123,6 +123,11 @@ def test_unknown_preset_name_lists_close_names(cls):
     assert "known bert names: bert_base, bert_large, bert_tiny, minilm_l6." in str(info.value)
 
 
+def test_a_preset_name_in_other_case_is_suggested():
+    with pytest.raises(UnknownPresetError, match=r"Unknown preset 'BERT_BASE'\. Did you mean: bert_base\b"):
+        BertBackbone.from_preset("BERT_BASE")
+
+
 @pytest.mark.parametrize("cls", [BertBackbone, BertTextClassifier, BertPreprocessor])
 def test_preset_of_another_family_is_refused_before_any_download(cls):
     with pytest.raises(UnknownPresetError, match=r"Preset 'gpt2' is a gpt model, not bert; bert presets: bert_base"):
