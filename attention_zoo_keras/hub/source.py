@@ -190,9 +190,17 @@ class PresetSource:
     def _where(self):
         return f"hf://{self.repo_id}" + (f"@{self.revision}" if self.revision else "")
 
-    def _offline_help(self):
+    def _offline_help(self, offline=False):
+        """Where downloaded files are read from offline; with `offline`
+        (HF_HUB_OFFLINE is set already), how to get the missing file."""
         from huggingface_hub import constants
 
+        if offline:
+            return (
+                f"Only files downloaded before, in the cache '{constants.HF_HUB_CACHE}', can be read offline: "
+                "download this preset once with the network (HF_HUB_OFFLINE unset), or load from a local "
+                "directory."
+            )
         return (
             f"Files downloaded before are read from the cache '{constants.HF_HUB_CACHE}'; set "
             "HF_HUB_OFFLINE=1 to use only the cache without trying the network, or load from a "
@@ -240,7 +248,7 @@ class PresetSource:
             reason = "offline mode is on (HF_HUB_OFFLINE=1)" if offline else f"{constants.ENDPOINT} cannot be reached"
             raise PresetFileError(
                 f"{where}: '{filename}' is not in the local cache and {reason}. "
-                + self._offline_help()
+                + self._offline_help(offline)
             ) from error
         except errors.EntryNotFoundError:
             return None

@@ -160,9 +160,11 @@ def test_offline_load_of_a_never_downloaded_repo_raises(local_hub, hub_offline, 
     local_hub.add_repo(TINY_REPO, tiny_bert_checkpoints["model"])  # on the hub, but never downloaded
     hub_offline()
 
-    with pytest.raises(PresetFileError, match=r"hf://zoo-org/tiny-bert.*not in the local cache.*offline"):
+    with pytest.raises(PresetFileError, match=r"hf://zoo-org/tiny-bert.*not in the local cache.*offline") as raised:
         BertBackbone.from_preset(f"hf://{TINY_REPO}")
     assert local_hub.requests == []
+    assert "download this preset once with the network (HF_HUB_OFFLINE unset)" in str(raised.value)
+    assert "set HF_HUB_OFFLINE=1" not in str(raised.value)  # it is set
 
 
 def test_offline_load_of_a_never_downloaded_named_preset_raises(local_hub, hub_offline, bert_base_on_hub):
