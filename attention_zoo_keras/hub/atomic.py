@@ -52,9 +52,10 @@ class DirectoryNotReplaceableError(FileExistsError):
     """A save was asked to replace a directory that holds files it did not write."""
 
 
-def _owned_by_a_save(target, owned_entries):
+def _owned_by_a_save(target, owned_entries, kind):
     """The names in `target` a save may replace (`owned_entries(target)`);
-    raises unless `target` is empty or claimed that way."""
+    raises unless `target` is empty or claimed that way (a directory of
+    another `kind`)."""
     entries = sorted(entry.name for entry in target.iterdir())
     if not entries:
         return set()
@@ -62,9 +63,8 @@ def _owned_by_a_save(target, owned_entries):
     if owned is None:
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise DirectoryNotReplaceableError(
-            f"Cannot save to '{target}': the directory is not empty ({shown}) and is not a preset "
-            "saved by attention_zoo_keras, so nothing in it was changed. Save to a new or empty "
-            "directory, or to a preset directory this library wrote."
+            f"Cannot save to '{target}': the directory is not empty ({shown}) and is not {kind}, so "
+            f"nothing in it was changed. Save to a new or empty directory, or to {kind}."
         )
     return owned
 
@@ -88,7 +88,7 @@ def _move_back(names, staging, old):
 
 
 @contextlib.contextmanager
-def atomic_directory(target, owned_entries=None):
+def atomic_directory(target, owned_entries=None, kind="a preset saved by attention_zoo_keras"):
     """Yields an empty staging directory that replaces `target` on success.
 
     Files are written into a hidden sibling of `target`. Only when the `with`
@@ -108,6 +108,8 @@ def atomic_directory(target, owned_entries=None):
         owned_entries: callable or None. `owned_entries(directory) -> set of
             names | None`; `None`: only a missing or empty `target` may be
             written.
+        kind: str. What a directory `owned_entries` accepts is, for the
+            error that refuses another.
 
     Raises:
         DirectoryNotReplaceableError: `target` holds files that are not ours.
@@ -121,7 +123,7 @@ def atomic_directory(target, owned_entries=None):
     target = Path(os.path.realpath(Path(target).expanduser()))
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"Cannot save a preset to '{target}': it is a file.")
-    owned = _owned_by_a_save(target, owned_entries) if target.is_dir() else set()
+    owned = _owned_by_a_save(target, owned_entries, kind) if target.is_dir() else set()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:

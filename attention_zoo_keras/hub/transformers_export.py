@@ -301,7 +301,8 @@ def export_to_transformers(model, directory, preprocessor=None):
         description,
     )
     hf_config["dtype"] = str(next(iter(arrays.values())).dtype)
-    with atomic_directory(directory, owned_entries=_exported_entries) as staging:
+    exports = "an earlier transformers export"
+    with atomic_directory(directory, owned_entries=_exported_entries, kind=exports) as staging:
         (staging / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
         write_safetensors(staging / WEIGHTS_FILE, arrays, metadata={"format": "pt"})
         if preprocessor is not None:

@@ -36,17 +36,18 @@ def _own_policy(layer):
     return policy[layer.path] if isinstance(policy, DTypePolicyMap) else policy
 
 
+def quantized_layers(model):
+    """The layers of `model` (nested ones too) that `quantize` quantized."""
+    return [layer for layer in model._flatten_layers(include_self=False) if layer.quantization_mode is not None]
+
+
 def dtype_policy_config(model, policy=None):
     """The serialized dtype policy that rebuilds `model`'s layers as they are
     now: `policy` (by default the model's own), or, once any layer is
     quantized, a `DTypePolicyMap` of the quantized layers' policies over it."""
     policy = model.dtype_policy if policy is None else policy
     base = policy.default_policy if isinstance(policy, DTypePolicyMap) else policy
-    quantized = {
-        layer.path: _own_policy(layer)
-        for layer in model._flatten_layers(include_self=False)
-        if layer.quantization_mode is not None
-    }
+    quantized = {layer.path: _own_policy(layer) for layer in quantized_layers(model)}
     if not quantized:
         return _serialized(base)
     policy_map = {path: _serialized(layer_policy) for path, layer_policy in quantized.items()}

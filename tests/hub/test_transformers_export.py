@@ -308,6 +308,15 @@ def test_a_setting_transformers_lacks_is_refused_by_name(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_quantized_model_is_refused_with_what_to_do_instead(tmp_path):
+    backbone = azk.models.BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    classifier = azk.models.BertTextClassifier(backbone, num_classes=2)
+    classifier.quantize("int8")
+    with pytest.raises(NotExportableError, match=r"BertTextClassifier is quantized .*export before quantize\(\)"):
+        classifier.export_to_transformers(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_task_without_a_counterpart_is_refused(tmp_path):
     backbone = azk.models.BertBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
     with pytest.raises(NotExportableError, match="BertTextEmbedder has no transformers counterpart.*BertMaskedLM"):
@@ -331,9 +340,13 @@ def test_existing_files_survive_a_failed_or_refused_export(tmp_path):
 
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text(json.dumps({"not": "transformers"}))
-    with pytest.raises(Exception, match="other"):
+    with pytest.raises(Exception, match=r"other'.*is not an earlier transformers export"):
         backbone.export_to_transformers(tmp_path / "other")
     assert json.loads((tmp_path / "other" / "config.json").read_text()) == {"not": "transformers"}
+
+    backbone.save_to_preset(tmp_path / "preset")  # this library's own preset is not an export either
+    with pytest.raises(Exception, match=r"preset'.*is not an earlier transformers export"):
+        backbone.export_to_transformers(tmp_path / "preset")
 
 
 class _FakeConverter:
