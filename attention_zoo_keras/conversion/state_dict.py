@@ -12,6 +12,7 @@ import re
 
 from attention_zoo_keras.hub.optional_modules import optional_module
 from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import is_native
 from attention_zoo_keras.hub.source import PresetFileError
 from attention_zoo_keras.hub.source import PresetSource
 from attention_zoo_keras.hub.transformers_preset_loader import TransformersPresetLoader
@@ -100,6 +101,11 @@ class CheckpointLoader(TransformersPresetLoader):
     def __init__(self, src):
         source = PresetSource.of(src)
         config = source.config()
+        if is_native(config):
+            raise ValueError(
+                f"'{source.description}' is already a preset of attention_zoo_keras, not a transformers "
+                "checkpoint to convert: load it with from_preset, or check it with `azk-convert verify`."
+            )
         super().__init__(source, config, converter_for(config, source.description))
 
     def _open_checkpoint(self):

@@ -20,6 +20,8 @@ from attention_zoo_keras.conversion.verifiers import TOLERANCE
 from attention_zoo_keras.conversion.verifiers import NoVerifierError
 from attention_zoo_keras.conversion.verifiers import verifier_for
 from attention_zoo_keras.hub.catalog import UnknownPresetError
+from attention_zoo_keras.hub.converters import converter_for
+from attention_zoo_keras.hub.preset_format import is_native
 from attention_zoo_keras.hub.preset_format import record_parity
 from attention_zoo_keras.hub.preset_format import record_source
 from attention_zoo_keras.hub.preset_format import staged_preset
@@ -40,6 +42,27 @@ class ParityError(Exception):
 def _family(model):
     """The family of a backbone, or of a task's backbone."""
     return getattr(model, "backbone", model).family
+
+
+def _check_reference_family(source, reference, backbone_cls, directory):
+    """`UsageError` unless the reference `source` is a `transformers`
+    checkpoint of the family of the preset in `directory` (a checkpoint of
+    another family would be loaded into the wrong `transformers` class)."""
+    reference_config = source.config()
+    if is_native(reference_config):
+        raise UsageError(
+            f"--reference '{reference}' is a preset of attention_zoo_keras, not a transformers checkpoint: "
+            "give the checkpoint the preset was converted from."
+        )
+    try:
+        converter = converter_for(reference_config, source.description)
+    except ValueError as error:
+        raise UsageError(f"--reference: {error}") from error
+    if converter.backbone_cls.family != backbone_cls.family:
+        raise UsageError(
+            f"--reference '{reference}' is a transformers '{converter.model_type}' checkpoint "
+            f"({converter.backbone_cls.family}), but the preset in '{directory}' is a {backbone_cls.family} model."
+        )
 
 
 def _versions():
@@ -77,6 +100,7 @@ def verify_preset(directory, reference):
     except (UnknownPresetError, PresetFileError) as error:
         raise UsageError(f"--reference: {error}") from error
     model_cls = registered_class(config["class_name"], source=f"config.json of '{directory}'")
+    _check_reference_family(source, reference, getattr(model_cls, "backbone_cls", model_cls), directory)
     model = model_cls.from_preset(str(directory))
     verifier = verifier_for(_family(model), type(model).__name__, source.config_overrides)
     result = verifier(model, source)

@@ -256,6 +256,32 @@ def test_verify_fails_on_a_perturbed_weight(tiny_bert_checkpoints, capsys, tmp_p
     assert card.count("## Parity") == 1 and "FAILED" in card[card.index("## Parity") :]
 
 
+def test_verify_against_a_reference_of_another_family_is_a_usage_error(
+    tiny_bert_checkpoints, tiny_gpt2_checkpoints, capsys, tmp_path
+):
+    """The reference is checked before anything is loaded into a
+    `transformers` class of the wrong family (which built a random GPT-2 and
+    then failed with an IndexError)."""
+    out = tmp_path / "native"
+    assert run(capsys, "convert", tiny_bert_checkpoints["classifier"], "--class", "BertTextClassifier", "--out", out,
+               "--no-verify")[0] == 0
+    code, stdout, err = run(capsys, "verify", out, "--reference", tiny_gpt2_checkpoints["lm"])
+    assert code == 2 and stdout == ""
+    assert "is a transformers 'gpt2' checkpoint (gpt), but the preset in" in err and "is a bert model" in err
+
+    code, _, err = run(capsys, "verify", out, "--reference", out)
+    assert code == 2 and "is a preset of attention_zoo_keras, not a transformers checkpoint" in err
+
+
+def test_converting_a_preset_of_this_library_says_what_it_is(tiny_bert_checkpoints, capsys, tmp_path):
+    native = tmp_path / "native"
+    assert run(capsys, "convert", tiny_bert_checkpoints["model"], "--class", "BertBackbone", "--out", native,
+               "--no-verify")[0] == 0
+    code, _, err = run(capsys, "convert", native, "--class", "BertBackbone", "--out", tmp_path / "again")
+    assert code == 1 and "is already a preset of attention_zoo_keras, not a transformers checkpoint" in err
+    assert "neither" not in err
+
+
 def test_convert_with_failing_parity_exits_non_zero(tiny_bert_checkpoints, capsys, tmp_path, monkeypatch):
 
     original = verifiers.VERIFIERS["bert"]
