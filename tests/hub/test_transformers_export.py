@@ -406,3 +406,17 @@ def test_the_probe_refuses_computed_weights_and_partial_tensors():
     _export(made_up, {**arrays, "bias": np.zeros(2, "float32")})
     with pytest.raises(NotExportableError, match="'bias' of the model is not zero"):
         _export(made_up, {**arrays, "bias": np.ones(2, "float32")})
+
+
+def test_a_gpt_backbone_without_a_tokenizer_names_no_special_token_outside_its_vocabulary(tmp_path):
+    """transformers' GPT-2 default `bos_token_id` / `eos_token_id` is 50256,
+    outside a smaller vocabulary; without a tokenizer none is named."""
+    import transformers
+
+    backbone = azk.models.GPTBackbone(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                                      max_sequence_length=16)
+    backbone.export_to_transformers(tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config.get("bos_token_id") is None and config.get("eos_token_id") is None
+    reference = transformers.GPT2Model.from_pretrained(tmp_path / "out")
+    assert reference.config.eos_token_id is None and reference.config.vocab_size == 30

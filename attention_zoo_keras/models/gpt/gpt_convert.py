@@ -49,6 +49,10 @@ def _check_supported(hf_config):
         logger.info("'reorder_and_upcast_attn' is ignored: attention is computed the usual way.")
 
 
+# GPT-2's `<|endoftext|>`, `transformers`' default `bos_token_id` / `eos_token_id`.
+GPT2_END_TOKEN_ID = 50256
+
+
 class GPTConverter(TransformersConverter):
     model_type = "gpt2"
     backbone_cls = GPTBackbone
@@ -132,6 +136,8 @@ class GPTConverter(TransformersConverter):
         if preprocessor is not None:
             end = preprocessor.tokenizer.end_token_id
             hf_config.update(bos_token_id=end, eos_token_id=end)
+        elif hf_config["vocab_size"] <= GPT2_END_TOKEN_ID:  # not transformers' default id 50256, past the vocabulary
+            hf_config.update(bos_token_id=None, eos_token_id=None)
         return hf_config
 
     def export_preprocessor(self, preprocessor, directory):
