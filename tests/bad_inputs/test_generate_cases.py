@@ -64,6 +64,12 @@ def _sources(**replace):
 
 # (id, callable, exception type, regex the message must match)
 CASES = [
+    # --- lengths --------------------------------------------------------------
+    ("prompt_longer_than_the_default_max_length",
+     lambda: _gpt().generate({"token_ids": np.ones((1, MAX_SEQUENCE_LENGTH + 1), "int32"),
+                              "padding_mask": np.ones((1, MAX_SEQUENCE_LENGTH + 1), "int32")}), ValueError,
+     rf"The default max_length, {MAX_SEQUENCE_LENGTH} \(the preprocessor's sequence_length or the model's limit\), "
+     rf"is shorter than the longest prompt \({MAX_SEQUENCE_LENGTH + 1} tokens\)"),
     # --- unknown keyword arguments -------------------------------------------
     ("misspelled_max_length", lambda: _gpt().generate(PROMPTS, max_lenght=5), TypeError,
      r"GPTCausalLM\.generate\(\) got an unexpected keyword argument 'max_lenght'\. Did you mean: max_length"),
