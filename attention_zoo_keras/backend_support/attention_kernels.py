@@ -7,6 +7,7 @@ is measured in `benchmarks/gpu_attention_benchmark.py`."""
 import keras
 
 from attention_zoo_keras.backend_support.environment import backend_name
+from attention_zoo_keras.backend_support.environment import jax_compiles_for_cpu
 from attention_zoo_keras.backend_support.environment import jax_compiles_for_gpu
 
 # Whether JAX's cuDNN attention is given each row's key length beside the
@@ -71,6 +72,10 @@ def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False,
             return attention_with_key_lengths(query, key, value, mask, scale, implementation="cudnn", lengths=lengths)
         except (NotImplementedError, ValueError, RuntimeError):  # shapes or a GPU cuDNN does not take
             pass
+    if keras.backend.standardize_dtype(query.dtype) == "float16" and jax_compiles_for_cpu():
+        query, key, value = (keras.ops.cast(tensor, "float32") for tensor in (query, key, value))
+        output = keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
+        return keras.ops.cast(output, "float16")
     return keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
 
 

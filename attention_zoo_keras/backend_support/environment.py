@@ -21,6 +21,16 @@ def jax_compiles_for_gpu():
     return jax.default_backend() == "gpu"
 
 
+def jax_compiles_for_cpu():
+    """Whether JAX is the backend and compiles for the CPU (its default
+    device)."""
+    if backend_name() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 def is_concrete(value):
     """Whether `value` holds real numbers now (not a symbolic or traced tensor).
 
