@@ -153,21 +153,24 @@ def test_dropout_is_inverted_and_only_drops_probabilities():
     assert out.std() > 0.05  # not the identity: probabilities were dropped
 
 
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_attention_is_float32_attention_rounded(dtype):
-    """On every backend, and under JAX on a CPU too (whose `dot_general`
-    refuses float16 matrices multiplied into float32: there the attention is
-    computed in float32), with a padding mask and causally."""
-    from attention_zoo_keras.backend_support import fused_dot_product_attention
+    """On every backend, compiled (`predict`) as well as eager; under JAX on
+    a CPU XLA's `dot_general` refuses float16 matrices multiplied into
+    float32, so there float16 attention is computed in float32."""
+    from attention_zoo_keras.models import GPTBackbone
+    from attention_zoo_keras.models import GPTCausalLM
 
-    rng = np.random.default_rng(0)
-    query, key, value = (rng.normal(size=(2, 5, 2, 4)).astype("float32") for _ in range(3))
-    mask = np.ones((2, 1, 5, 5), bool)
-    mask[1, ..., 3:] = False
-    for is_causal in (False, True):
-        expected = keras.ops.convert_to_numpy(fused_dot_product_attention(query, key, value, mask, 0.5, is_causal))
-        half = [keras.ops.cast(tensor, dtype) for tensor in (query, key, value)]
-        actual = fused_dot_product_attention(*half, mask, 0.5, is_causal)
-        assert keras.backend.standardize_dtype(actual.dtype) == dtype
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(keras.ops.cast(actual, "float32")), expected,
-                                   atol=0.03, rtol=0.03)
+    arguments = dict(vocabulary_size=30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                     max_sequence_length=16)
+    keras.utils.set_random_seed(0)
+    full = GPTCausalLM(GPTBackbone(**arguments))
+    half = GPTCausalLM(GPTBackbone(**arguments, dtype=dtype))
+    half.set_weights([keras.ops.convert_to_numpy(weight) for weight in full.weights])
+    x = {"token_ids": np.array([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], "int32"),
+         "padding_mask": np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], "int32")}
+    expected = full.predict(x, verbose=0)
+    actual = half.predict(x, verbose=0)
+    assert keras.backend.standardize_dtype(actual.dtype) == dtype
+    np.testing.assert_allclose(np.asarray(actual, "float32"), expected, atol=0.03, rtol=0.03)
