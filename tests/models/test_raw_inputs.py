@@ -36,6 +36,16 @@ def tiny_bert(max_sequence_length=40):
     )
 
 
+def character_seq2seq(length):
+    """A tiny seq2seq model on the characters a, b, c, `length` positions long."""
+    return azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
+        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=length,
+    ), preprocessor=azk.models.TransformerSeq2SeqLMPreprocessor(
+        azk.models.TransformerTokenizer.from_characters("abc"), encoder_sequence_length=length,
+        decoder_sequence_length=length))
+
+
 # --- widths --------------------------------------------------------------------
 
 
@@ -213,12 +223,7 @@ def test_per_token_outputs_of_batches_of_different_widths_are_one_array():
     np.testing.assert_allclose(logits[0, :1], alone[0, :1], atol=1e-6)
     assert (lm.preprocessor.padding, lm.preprocessor.bucket_lengths) == ("buckets", None)  # as it was
 
-    seq2seq = azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
-        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
-        intermediate_dim=16, max_sequence_length=40,
-    ), preprocessor=azk.models.TransformerSeq2SeqLMPreprocessor(
-        azk.models.TransformerTokenizer.from_characters("abc"), encoder_sequence_length=40,
-        decoder_sequence_length=40))
+    seq2seq = character_seq2seq(40)
     sources, targets = ["abc"] * 2 + ["ab" * 10], ["cba"] * 2 + ["ba" * 10]
     assert seq2seq.predict((sources, targets), batch_size=2, verbose=0).shape == (3, 32, 8)
 
@@ -349,12 +354,7 @@ def test_one_text_or_one_text_pair_is_one_example():
     _same(classifier.predict(("a film", "dull"), verbose=0), classifier.predict((["a film"], ["dull"]), verbose=0))
     assert classifier.evaluate("a great film", [1], verbose=0) == classifier.evaluate(["a great film"], [1], verbose=0)
 
-    seq2seq = azk.models.TransformerSeq2SeqLM(azk.models.TransformerBackbone(
-        vocabulary_size=8, num_encoder_layers=1, num_decoder_layers=1, num_heads=2, hidden_dim=8,
-        intermediate_dim=16, max_sequence_length=8,
-    ), preprocessor=azk.models.TransformerSeq2SeqLMPreprocessor(
-        azk.models.TransformerTokenizer.from_characters("abc"), encoder_sequence_length=8,
-        decoder_sequence_length=8))
+    seq2seq = character_seq2seq(8)
     assert seq2seq.evaluate(("abc", "cba"), verbose=0) == seq2seq.evaluate((["abc"], ["cba"]), verbose=0)
 
 
