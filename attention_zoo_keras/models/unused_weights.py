@@ -24,6 +24,7 @@ pooler) trains them. `transformers` gets the same effect by building
 `BertForMaskedLM` without the pooler.
 """
 
+
 class TrainsOnlyUsedWeights:
     """Mixin for tasks: the weights of `unused_layers` are non-trainable in
     this model (see the module docstring).
