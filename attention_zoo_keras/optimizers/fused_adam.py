@@ -29,25 +29,29 @@ LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 class FusedAdamStep:
     """Mixin for `keras.optimizers.Adam` and its subclasses: the update step
     through the backend's fused kernel when it has one (not with
-    `amsgrad`, and only for variables of one dtype and device); Keras'
-    own step otherwise."""
+    `amsgrad`), one call per dtype and device of the variables; Keras' own
+    step otherwise (with a float32 step for half-precision variables)."""
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         update = None if self.amsgrad else fused_adam_update()
-        variables = [] if update is None else [variable.value for variable in trainable_variables]
-        if update is None or len({(v.dtype, v.device) for v in variables}) != 1:
+        if update is None:
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        groups = {}  # (dtype, device) -> [(gradient, variable)]: the kernel takes tensors of one kind
+        for grad, variable in zip(grads, trainable_variables):
+            groups.setdefault((variable.value.dtype, variable.value.device), []).append((grad, variable))
         index = self._get_variable_index
-        update(
-            variables,
-            [keras.ops.convert_to_tensor(grad) for grad in grads],
-            [self._momentums[index(variable)].value for variable in trainable_variables],
-            [self._velocities[index(variable)].value for variable in trainable_variables],
-            self._step_size(learning_rate),
-            float(self.beta_1),
-            float(self.beta_2),
-            float(self.epsilon),
-        )
+        step_size = self._step_size(learning_rate)
+        for pairs in groups.values():
+            update(
+                [variable.value for _, variable in pairs],
+                [keras.ops.convert_to_tensor(grad) for grad, _ in pairs],
+                [self._momentums[index(variable)].value for _, variable in pairs],
+                [self._velocities[index(variable)].value for _, variable in pairs],
+                step_size,
+                float(self.beta_1),
+                float(self.beta_2),
+                float(self.epsilon),
+            )
 
     def update_step(self, gradient, variable, learning_rate):
         """Keras' Adam step (the backends without a fused kernel call it per
@@ -80,8 +84,9 @@ class FusedAdamStep:
 
 @register
 class FusedAdam(FusedAdamStep, keras.optimizers.Adam):
-    """`keras.optimizers.Adam` (same arguments and results) with a fused
-    update on torch; the library's tasks compile with it by default.
+    """`keras.optimizers.Adam` (same arguments and results, but that
+    bfloat16 and float16 weights move: see the module docstring) with a
+    fused update on torch; the library's tasks compile with it by default.
 
     Example:
 
@@ -94,5 +99,6 @@ class FusedAdam(FusedAdamStep, keras.optimizers.Adam):
 
 @register
 class FusedAdamW(FusedAdamStep, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` (same arguments and results) with a fused
-    Adam update on torch; the decoupled weight decay stays Keras'."""
+    """`keras.optimizers.AdamW` (same arguments and results, but for
+    half-precision weights, as `FusedAdam`) with a fused Adam update on
+    torch; the decoupled weight decay stays Keras'."""

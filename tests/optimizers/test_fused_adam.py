@@ -53,6 +53,30 @@ def test_torch_runs_one_fused_kernel_per_step(monkeypatch):
     assert calls == [4] * 16  # every step, all four variables in one call
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's fused kernel")
+def test_torch_runs_one_fused_kernel_per_dtype_and_both_kinds_of_weight_move(monkeypatch):
+    """A model with float32 and bfloat16 weights: one kernel call per dtype
+    (the kernel takes tensors of one kind), not Keras' own step for all."""
+    import torch
+
+    calls = []
+    kernel = torch._fused_adam_
+
+    def counted(*args, **kwargs):
+        calls.append((len(args[0]), args[0][0].dtype))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_adam_", counted)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5), keras.layers.Dense(2, dtype="bfloat16")])
+    model.compile(optimizer=FusedAdam(0.01), loss="mse")
+    before = [keras.ops.convert_to_numpy(keras.ops.cast(weight, "float32")) for weight in model.weights]
+    model.fit(np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"), batch_size=4, epochs=2, verbose=0)
+    assert calls == [(2, torch.float32), (2, torch.bfloat16)] * 2
+    after = [keras.ops.convert_to_numpy(keras.ops.cast(weight, "float32")) for weight in model.weights]
+    assert all(not np.array_equal(old, new) for old, new in zip(before, after))
+
+
 def test_a_fused_optimizer_survives_serialization():
     optimizer = FusedAdamW(0.02, weight_decay=0.3, beta_2=0.98)
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
