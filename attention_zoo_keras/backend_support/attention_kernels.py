@@ -72,11 +72,11 @@ def fused_dot_product_attention(query, key, value, mask, scale, is_causal=False,
             return attention_with_key_lengths(query, key, value, mask, scale, implementation="cudnn", lengths=lengths)
         except (NotImplementedError, ValueError, RuntimeError):  # shapes or a GPU cuDNN does not take
             pass
-    if keras.backend.standardize_dtype(query.dtype) == "float16" and jax_compiles_for_cpu():
+    upcast = keras.backend.standardize_dtype(query.dtype) == "float16" and jax_compiles_for_cpu()
+    if upcast:
         query, key, value = (keras.ops.cast(tensor, "float32") for tensor in (query, key, value))
-        output = keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
-        return keras.ops.cast(output, "float16")
-    return keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
+    output = keras.ops.dot_product_attention(query, key, value, mask=mask, scale=scale, is_causal=is_causal)
+    return keras.ops.cast(output, "float16") if upcast else output
 
 
 def attention_with_key_lengths(query, key, value, mask, scale, implementation, lengths=None):

@@ -11,24 +11,26 @@ def backend_name():
     return keras.backend.backend()
 
 
+def _jax_platform():
+    """JAX's default platform (`"cpu"`, `"gpu"`, `"tpu"`) when JAX is the
+    backend, else `None`."""
+    if backend_name() != "jax":
+        return None
+    import jax
+
+    return jax.default_backend()
+
+
 def jax_compiles_for_gpu():
     """Whether JAX is the backend and compiles for a GPU (its default
     device)."""
-    if backend_name() != "jax":
-        return False
-    import jax
-
-    return jax.default_backend() == "gpu"
+    return _jax_platform() == "gpu"
 
 
 def jax_compiles_for_cpu():
     """Whether JAX is the backend and compiles for the CPU (its default
     device)."""
-    if backend_name() != "jax":
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu"
+    return _jax_platform() == "cpu"
 
 
 def is_concrete(value):

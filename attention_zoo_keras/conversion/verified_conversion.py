@@ -44,10 +44,11 @@ def _family(model):
     return getattr(model, "backbone", model).family
 
 
-def _check_reference_family(source, reference, backbone_cls, directory):
+def _check_reference_family(source, reference, family, directory):
     """`UsageError` unless the reference `source` is a `transformers`
-    checkpoint of the family of the preset in `directory` (a checkpoint of
-    another family would be loaded into the wrong `transformers` class)."""
+    checkpoint of `family`, the family of the preset in `directory` (a
+    checkpoint of another family would be loaded into the wrong
+    `transformers` class)."""
     reference_config = source.config()
     if is_native(reference_config):
         raise UsageError(
@@ -58,10 +59,10 @@ def _check_reference_family(source, reference, backbone_cls, directory):
         converter = converter_for(reference_config, source.description)
     except ValueError as error:
         raise UsageError(f"--reference: {error}") from error
-    if converter.backbone_cls.family != backbone_cls.family:
+    if converter.backbone_cls.family != family:
         raise UsageError(
             f"--reference '{reference}' is a transformers '{converter.model_type}' checkpoint "
-            f"({converter.backbone_cls.family}), but the preset in '{directory}' is a {backbone_cls.family} model."
+            f"({converter.backbone_cls.family}), but the preset in '{directory}' is a {family} model."
         )
 
 
@@ -100,8 +101,8 @@ def verify_preset(directory, reference):
     except (UnknownPresetError, PresetFileError) as error:
         raise UsageError(f"--reference: {error}") from error
     model_cls = registered_class(config["class_name"], source=f"config.json of '{directory}'")
-    _check_reference_family(source, reference, getattr(model_cls, "backbone_cls", model_cls), directory)
     model = model_cls.from_preset(str(directory))
+    _check_reference_family(source, reference, _family(model), directory)
     verifier = verifier_for(_family(model), type(model).__name__, source.config_overrides)
     result = verifier(model, source)
     differences = result["max_abs_difference"]

@@ -158,18 +158,17 @@ class CausalLM(GenerativeTask):
         if max_new_tokens is not None:
             end_positions = lengths + new_token_counts(max_new_tokens, len(prompts))
         else:
-            given = max_length is not None
-            if not given:
+            longest = int(lengths.max())
+            if max_length is None:
                 max_length = self._default_max_length()
-            if max_length < lengths.max():
-                what = f"max_length {max_length}" if given else (
-                    f"The default max_length, {max_length} (the preprocessor's sequence_length or the model's "
-                    "limit),"
-                )
-                raise ValueError(
-                    f"{what} is shorter than the longest prompt ({int(lengths.max())} tokens)"
-                    + ("." if given else "; give max_new_tokens or a longer max_length.")
-                )
+                if max_length < longest:
+                    raise ValueError(
+                        f"The default max_length, {max_length} (the preprocessor's sequence_length or the model's "
+                        f"limit), is shorter than the longest prompt ({longest} tokens); give max_new_tokens or a "
+                        "longer max_length."
+                    )
+            if max_length < longest:
+                raise ValueError(f"max_length {max_length} is shorter than the longest prompt ({longest} tokens).")
             end_positions = np.full_like(lengths, int(max_length))
         if limit is not None and end_positions.max() > limit:
             raise ValueError(
